@@ -1,0 +1,1 @@
+"""The ``crcr`` command line. Subcommands live one per module and load lazily."""

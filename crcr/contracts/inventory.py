@@ -1,0 +1,93 @@
+"""Inventory: what upstream tests exist, as pytest collects them.
+
+Written by ``crcr run --collect-only --inventory FILE`` (the embedded op suite or a
+PyTorch checkout as the runners see it) and by ``crcr select inventory`` (static AST
+parsing of a checkout, or file level from test-times.json). The selector plans over it;
+``crcr select upgrade`` compares two of them by fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from crcr.errors import ContractError, InputError
+
+INVENTORY_SCHEMA_VERSION = 1
+
+
+class InventoryTest(BaseModel):
+    """One test as pytest names it, with what classification needs to know about it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    id: str = Field(description="full pytest id: test/test_ops.py::TestCommonPRIVATEUSE1::test_x_snpu_float32")
+    file: str = Field(description="upstream file, e.g. test/test_ops.py")
+    cls: str | None = Field(None, alias="class", description="instantiated class name")
+    method: str = Field(description="instantiated method name")
+    template: str | None = Field(None, description="the generic method before instantiation, e.g. test_compare_cpu")
+    device: str | None = None
+    dtype: str | None = None
+    op: str | None = Field(None, description="OpInfo name (with variant, e.g. nn.functional.relu)")
+    params: dict[str, str] = Field(default_factory=dict, description="other parametrization values")
+    decorators: list[str] = Field(default_factory=list, description="decorators that matter: onlyCUDA, dtypes(...), skipIf...")
+    features: list[str] = Field(default_factory=list, description="needs such as autograd, out, sparse, distributed")
+    fingerprint: str = Field(description="hash of source_fingerprint and opinfo_fingerprint")
+    source_fingerprint: str | None = Field(None, description="hash of the test's own source")
+    opinfo_fingerprint: str | None = Field(None, description="hash of the OpInfo entry it expands")
+    duration_s: float | None = Field(None, description="measured or estimated duration")
+
+    @property
+    def relative_id(self) -> str:
+        """The id inside its file (``Class::method``), as plan entries use it."""
+        return self.id.split("::", 1)[1] if "::" in self.id else self.id
+
+
+class Inventory(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = INVENTORY_SCHEMA_VERSION
+    source: Literal["embedded", "pytorch-src", "test-times", "opinfo"] = Field(
+        description="embedded op suite, a PyTorch checkout, test-times.json (file level), or OpInfo-level static"
+    )
+    torch_version: str | None = None
+    torch_git: str | None = None
+    device: str | None = None
+    granularity: Literal["test", "file", "opinfo"] = "test"
+    tests: list[InventoryTest] = Field(default_factory=list)
+
+    def by_id(self) -> dict[str, InventoryTest]:
+        return {t.id: t for t in self.tests}
+
+    def files(self) -> list[str]:
+        return sorted({t.file for t in self.tests})
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(t.file for t in self.tests))
+
+    def write(self, path: Path) -> None:
+        """Write atomically (a crash never leaves half a file)."""
+        from crcr.fileio import atomic_write_text
+
+        self.tests.sort(key=lambda t: t.id)
+        atomic_write_text(path, self.model_dump_json(by_alias=True, indent=1, exclude_none=True) + "\n")
+
+
+def load_inventory(path: Path | str) -> Inventory:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"inventory {path} does not exist", hint="write one with: crcr run --collect-only --inventory FILE")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ContractError(f"{path}: not valid JSON ({exc})", hint="regenerate the inventory") from exc
+    try:
+        return Inventory.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ContractError(f"{path}: {loc}: {first['msg']}", hint="regenerate the inventory with this crcr version") from exc

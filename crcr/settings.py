@@ -1,0 +1,149 @@
+"""Settings: ``CRCR_*`` environment variables, then an optional YAML file (``CRCR_CONFIG``).
+
+One cached ``get_settings()``; tests build ``Settings(...)`` directly or call
+``get_settings.cache_clear()`` after changing the environment. Secrets are
+``SecretStr`` so they never print in reprs, logs or ``crcr config show``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from crcr.errors import ConfigError
+
+
+class _YamlFileSource(PydanticBaseSettingsSource):
+    """Reads the file named by ``CRCR_CONFIG`` (YAML mapping of setting -> value)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:  # pragma: no cover
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        path = os.environ.get("CRCR_CONFIG")
+        if not path:
+            return {}
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"CRCR_CONFIG names {path!r}, which is not a file", hint="unset CRCR_CONFIG or fix the path")
+        try:
+            data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: not valid YAML: {exc}", hint="fix the settings file") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping of setting names to values", hint="see docs/configuration.md")
+        known = set(Settings.model_fields)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{path}: unknown settings {unknown}", hint="see docs/configuration.md for every key")
+        return data
+
+
+class Settings(BaseSettings):
+    """Every setting crcr reads. Each is ``CRCR_<NAME>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="CRCR_", extra="ignore", case_sensitive=False)
+
+    # where state lives
+    data_dir: Path = Field(Path(".crcr"), description="directory for the SQLite database, queue and logs")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/crcr.db (WAL)")
+    queue_url: str | None = Field(None, description="huey queue: redis://... for RedisHuey; default SQLite in data_dir")
+
+    # upstream and intake
+    upstream_repo: str = Field("pytorch/pytorch", description="the upstream repository whose events are relayed")
+    webhook_secret: SecretStr | None = Field(None, description="GitHub webhook secret (HMAC-SHA256)")
+    max_webhook_bytes: int = Field(25 * 1024 * 1024, description="bodies larger than this get 413")
+
+    # downstream targets
+    allowlist: str = Field("configs/allowlist.yaml", description="path or https URL of the CRCR-format allowlist")
+    allowlist_ttl_s: float = Field(300.0, description="how long a fetched allowlist is cached")
+
+    # GitHub
+    github_api_url: str = Field("https://api.github.com", description="GitHub REST base URL (GHES or a test server)")
+    github_app_id: str | None = Field(None, description="the relay's GitHub App id")
+    github_private_key: SecretStr | None = Field(None, description="the App's PEM private key (or use the _file form)")
+    github_private_key_file: Path | None = Field(None, description="path to the App's PEM private key")
+    github_token: SecretStr | None = Field(None, description="a plain token, for read-only lookups where no App is set")
+
+    # dispatch
+    dispatch_max_attempts: int = Field(8, ge=1, description="attempts before a dispatch is dead")
+    dispatch_backoff_base_s: float = Field(2.0, gt=0, description="first retry delay; doubles per attempt, with jitter")
+    dispatch_backoff_max_s: float = Field(600.0, gt=0, description="longest delay between attempts")
+    dispatch_timeout_s: float = Field(10.0, gt=0, description="HTTP timeout of one dispatch request")
+    sweeper_interval_s: float = Field(30.0, gt=0, description="how often rows left in flight are re-enqueued")
+    sweeper_stale_after_s: float = Field(120.0, gt=0, description="a row in flight this long without progress is re-enqueued")
+
+    # callbacks
+    oidc_issuers: list[str] = Field(
+        default_factory=lambda: ["https://token.actions.githubusercontent.com"],
+        description="OIDC issuers whose tokens are accepted on /callback and /results",
+    )
+    oidc_audience: str = Field("pytorch-cross-repo-ci-relay", description="audience the callback tokens must carry")
+    oidc_jwks_ttl_s: float = Field(600.0, description="JWKS cache lifetime; an unknown kid refetches early")
+    ci_providers: Path | None = Field(None, description="ci_providers.yml: Buildkite org/pipeline ids -> repo")
+    callback_rate_per_minute: int = Field(60, ge=1, description="callbacks accepted per repo per minute, then 429")
+    max_results_bytes: int = Field(32 * 1024 * 1024, description="largest /results upload (after gunzip)")
+
+    # service
+    host: str = Field("127.0.0.1", description="address crcr serve binds")
+    port: int = Field(8000, description="port crcr serve binds")
+    public_url: str | None = Field(None, description="URL where downstream jobs reach this relay (callbacks)")
+    log_format: str = Field("auto", description="auto | json | text")
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ERROR")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _YamlFileSource(settings_cls)
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, v: str) -> str:
+        if v not in {"auto", "json", "text"}:
+            raise ValueError("log_format must be auto, json or text")
+        return v
+
+    # derived values
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{(self.data_dir / 'crcr.db').resolve()}"
+
+    @property
+    def resolved_queue_url(self) -> str:
+        return self.queue_url or f"sqlite:///{(self.data_dir / 'queue.db').resolve()}"
+
+    def private_key_pem(self) -> str | None:
+        if self.github_private_key is not None:
+            return self.github_private_key.get_secret_value()
+        if self.github_private_key_file is not None:
+            try:
+                return self.github_private_key_file.read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot read CRCR_GITHUB_PRIVATE_KEY_FILE {self.github_private_key_file}: {exc.strerror}",
+                    hint="point it at the App's .pem file",
+                ) from exc
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings (cached; tests call ``get_settings.cache_clear()``)."""
+    try:
+        return Settings()
+    except ConfigError:
+        raise
+    except Exception as exc:  # pydantic ValidationError: name the variable
+        raise ConfigError(f"invalid settings: {exc}", hint="check the CRCR_* environment variables") from exc

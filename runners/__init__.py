@@ -1,0 +1,1 @@
+"""The runners: run selected upstream tests on cpu, cuda or snpu and report results."""
