@@ -1,0 +1,306 @@
+"""Check runs on the upstream PR for downstream jobs (L3 with its device label, all L4).
+
+Named ``crcr/<owner>/<repo>/<workflow>/<job>``, ``external_id`` = the downstream run
+id, created in progress and completed with a summary (counts, failed tests, links,
+verdict). The ``check_runs`` row is the desired state; pushing it to GitHub happens
+right after the callback commits, and a row GitHub refused stays ``synced = False``
+for ``sync_pending`` (a periodic task) to retry. A GitHub failure never fails the
+callback that caused it.
+
+Entry points for the rest of the relay:
+
+- ``sync_job_check(session, job, runtime)`` after each accepted callback;
+- ``on_device_label(session, delivery, runtime)`` when a ``ciflow/crcr/<device>``
+  label is added: checks appear for the jobs already running or done;
+- ``rerun_for_check(session, delivery, runtime)`` for ``check_run`` ``rerequested``
+  / ``requested_action``: a new delivery ``<original>/rerun/<n>`` with its dispatch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Protocol
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from crcr.github.checks import (
+    CONCLUSIONS,
+    MAX_SUMMARY_CHARS,
+    CheckOutput,
+    CheckRunError,
+    create_check_run,
+    update_check_run,
+)
+from crcr.store.deliveries import PENDING, Delivery, Dispatch
+from crcr.store.jobs import COMPLETED, IN_PROGRESS, CheckRun, Job, ResultsUpload
+
+log = logging.getLogger("crcr.relay.checks")
+
+LABEL_PREFIX = "ciflow/crcr/"
+MAX_FAILED_LISTED = 100
+MAX_NAME_CHARS = 300
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._\- ()\[\]:+=,]")
+
+
+class _Runtime(Protocol):  # the parts of relay.runtime.Runtime this module uses
+    settings: Any
+    allowlist: Any
+
+    def github(self) -> Any: ...
+
+
+# -- who gets a check ----------------------------------------------------------------
+def device_of_label(label: str | None) -> str | None:
+    if label and label.startswith(LABEL_PREFIX) and len(label) > len(LABEL_PREFIX):
+        return label[len(LABEL_PREFIX):]
+    return None
+
+
+def wants_check(allowlist: Any, repo: str, labels: list[str] | None) -> bool:
+    """L4: always; L3: when one of the repo's ``ciflow/crcr/<device>`` labels is on the PR."""
+    level = allowlist.level_of(repo)
+    if level == 4:
+        return True
+    if level != 3:
+        return False
+    target = allowlist.targets.get(repo)
+    devices = set(getattr(target, "devices", ()) or ())
+    return any(device_of_label(label) in devices for label in labels or [])
+
+
+def current_labels(session: Session, job: Job) -> list[str]:
+    """Labels of the PR as of its newest delivery (labels may arrive after the dispatch)."""
+    if job.pr_number is None:
+        return []
+    newest = session.scalar(
+        select(Delivery)
+        .where(Delivery.pr_number == job.pr_number, Delivery.head_sha == job.head_sha)
+        .order_by(Delivery.received_at.desc())
+        .limit(1)
+    )
+    labels = list(newest.labels or []) if newest is not None else []
+    if newest is not None and newest.action == "labeled" and newest.label:
+        labels.append(newest.label)
+    return labels
+
+
+# -- what the check says ---------------------------------------------------------------
+def check_name(repo: str, workflow: str | None, job_name: str | None) -> str:
+    """``crcr/<owner>/<repo>/<workflow>/<job>`` with untrusted parts reduced to plain characters."""
+    wf = _UNSAFE_NAME.sub("_", workflow or "workflow")[:100]
+    jb = _UNSAFE_NAME.sub("_", job_name or "job")[:100]
+    return f"crcr/{repo}/{wf}/{jb}"[:MAX_NAME_CHARS]
+
+
+def _text(value: Any, limit: int = 300) -> str:
+    """Untrusted text made inert in Markdown: no HTML, no @mentions, no code fences."""
+    s = str(value)[:limit]
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("@", "@\u200b").replace("`", "'").replace("\r", " ").replace("\n", " ")
+    return s
+
+
+def _https(url: str | None) -> str | None:
+    if url and re.match(r"^https://[^\s()<>\"']+$", url) and len(url) <= 2000:
+        return url
+    return None
+
+
+def conclusion_of(job: Job) -> str:
+    c = (job.conclusion or "").lower()
+    if c in CONCLUSIONS:
+        return c
+    return "failure" if (job.failed or 0) > 0 else "neutral"
+
+
+def render(job: Job, *, results: ResultsUpload | None = None, public_url: str | None = None) -> CheckOutput:
+    """Title and Markdown summary of one job; never longer than GitHub's 65,535 chars."""
+    counts = job.passed is not None
+    if job.state == COMPLETED:
+        title = f"{conclusion_of(job)}: {job.passed or 0} passed, {job.failed or 0} failed, {job.skipped or 0} skipped" if counts \
+            else conclusion_of(job)
+    else:
+        title = "running"
+    lines = [
+        f"**{_text(job.repo)}**: workflow `{_text(job.workflow_name or '?', 100)}`, job `{_text(job.job_name or '?', 100)}`,"
+        f" run {_text(job.run_id, 40)} attempt {_text(job.run_attempt, 10)}",
+        "",
+        f"State: **{job.state}**" + (f", conclusion **{conclusion_of(job)}**" if job.state == COMPLETED else ""),
+    ]
+    if job.queue_time_s is not None or job.execution_time_s is not None:
+        lines.append(f"Queue time: {job.queue_time_s if job.queue_time_s is not None else '?'} s;"
+                     f" execution time: {job.execution_time_s if job.execution_time_s is not None else '?'} s")
+    if counts:
+        lines += ["", "| passed | failed | skipped |", "|---:|---:|---:|", f"| {job.passed} | {job.failed} | {job.skipped} |"]
+    links = []
+    if url := _https(job.url):
+        links.append(f"- [Downstream run]({url})")
+    if url := _https(job.artifact_url):
+        links.append(f"- [Artifacts]({url})")
+    if results is not None:
+        where = f"{public_url.rstrip('/')}/results/{results.id}" if public_url and _https(public_url) else f"results upload #{results.id}"
+        links.append(f"- Full per-test results: {where}")
+    if links:
+        lines += ["", "### Links", *links]
+    verdict = job.triage_verdict
+    if verdict:
+        lines += ["", "### Triage verdict (advisory)",
+                  f"Category **{_text(verdict.get('category'), 20)}**, confidence **{_text(verdict.get('confidence'), 10)}**: "
+                  f"{_text(verdict.get('summary', ''), 1000)}"]
+        sus = verdict.get("suspected_upstream") or {}
+        if sus.get("pr") or sus.get("commit"):
+            lines.append(f"Suspected upstream: PR {_text(sus.get('pr') or '?', 20)}, commit {_text(sus.get('commit') or '?', 64)}"
+                         + (f" ({_text(sus['reason'])})" if sus.get("reason") else ""))
+    failed = job.failed_tests or []
+    if failed:
+        lines += ["", f"### Failed tests ({len(failed)})", "```text"]
+        lines += [t.replace("`", "'").replace("\n", " ")[:300] for t in failed[:MAX_FAILED_LISTED]]
+        lines.append("```")
+        if len(failed) > MAX_FAILED_LISTED:
+            lines.append(f"... and {len(failed) - MAX_FAILED_LISTED} more (see the full results)")
+    summary = "\n".join(lines)
+    if len(summary) > MAX_SUMMARY_CHARS:  # unreachable with the bounds above; kept as the contract's guard
+        summary = summary[: MAX_SUMMARY_CHARS - 40] + "\n```\n... [summary truncated]"
+    return CheckOutput(title=title, summary=summary)
+
+
+# -- pushing to GitHub -------------------------------------------------------------------
+def _latest_results(session: Session, job: Job) -> ResultsUpload | None:
+    return session.scalar(select(ResultsUpload).where(ResultsUpload.job_id == job.id).order_by(ResultsUpload.id.desc()).limit(1))
+
+
+def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
+    """Send ``row``'s desired state to GitHub (create or update). True when GitHub took it."""
+    job = row.job
+    output = render(job, results=_latest_results(session, job), public_url=runtime.settings.public_url)
+    status = "completed" if job.state == COMPLETED else ("in_progress" if job.state == IN_PROGRESS else "queued")
+    conclusion = conclusion_of(job) if status == "completed" else None
+    row.status, row.conclusion = status, conclusion
+    try:
+        gh = runtime.github().client_for_repo(row.upstream_repo)
+        if row.github_id is None:
+            row.github_id = create_check_run(
+                gh, row.upstream_repo, name=row.name, head_sha=row.head_sha, status=status,
+                external_id=job.run_id, details_url=_https(job.url), output=output, conclusion=conclusion,
+            )
+        else:
+            update_check_run(gh, row.upstream_repo, row.github_id, status=status, output=output,
+                             details_url=_https(job.url), conclusion=conclusion)
+    except CheckRunError as exc:
+        row.synced, row.last_error = False, exc.message
+        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, exc.message)
+        return False
+    except Exception as exc:  # auth/config problems: recorded, retried by sync_pending, never a 5xx
+        row.synced, row.last_error = False, f"{type(exc).__name__}: {str(exc)[:300]}"
+        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, row.last_error)
+        return False
+    row.synced, row.last_error = True, None
+    return True
+
+
+def ensure_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
+    """The check row of ``job`` (created when the job qualifies), pushed to GitHub."""
+    if job.pr_number is None or not job.head_sha:
+        return None  # self-scheduled and push runs have no PR to put a check on
+    row = session.scalar(select(CheckRun).where(CheckRun.job_id == job.id))
+    if row is None:
+        allowlist = runtime.allowlist.get()
+        if not force and not wants_check(allowlist, job.repo, current_labels(session, job)):
+            return None
+        row = CheckRun(job=job, upstream_repo=runtime.settings.upstream_repo,
+                       name=check_name(job.repo, job.workflow_name, job.job_name),
+                       head_sha=job.head_sha, status="in_progress")
+        session.add(row)
+        session.flush()
+    push(session, row, runtime)
+    return row
+
+
+def sync_job_check(session: Session, job: Job, runtime: _Runtime) -> CheckRun | None:
+    """Called after an accepted callback (the caller commits)."""
+    return ensure_check(session, job, runtime)
+
+
+def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> int:
+    """Retry check rows GitHub did not take; returns how many went through."""
+    rows = session.scalars(select(CheckRun).where(CheckRun.synced.is_(False)).order_by(CheckRun.id).limit(limit)).all()
+    return sum(1 for row in rows if push(session, row, runtime))
+
+
+def on_device_label(session: Session, delivery: Delivery, runtime: _Runtime) -> list[CheckRun]:
+    """A ``ciflow/crcr/<device>`` label was added: checks for that device's L3 jobs on this PR head."""
+    device = device_of_label(delivery.label)
+    if device is None or delivery.pr_number is None:
+        return []
+    allowlist = runtime.allowlist.get()
+    repos = {r.lower() for r in allowlist.devices().get(device, [])}
+    if not repos:
+        return []
+    jobs = session.scalars(
+        select(Job).where(Job.pr_number == delivery.pr_number, Job.head_sha == delivery.head_sha).order_by(Job.id)
+    ).all()
+    out = []
+    for job in jobs:
+        if job.repo.lower() in repos and allowlist.level_of(job.repo) == 3:
+            row = ensure_check(session, job, runtime, force=True)
+            if row is not None:
+                out.append(row)
+    return out
+
+
+# -- re-runs -------------------------------------------------------------------------------
+def _root_delivery_id(delivery_id: str) -> str:
+    return delivery_id.split("/rerun/", 1)[0]
+
+
+def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | None = None) -> Dispatch | None:
+    """``check_run`` rerequested/requested_action on one of crcr's checks: dispatch that backend again.
+
+    Creates delivery ``<original id>/rerun/<n>`` (n counts up per original) carrying the
+    original upstream payload, and one pending dispatch to the job's repo. Returns the
+    dispatch (the caller commits and wakes a worker), or None when the check is not crcr's
+    or the original payload was pruned.
+    """
+    try:
+        payload = json.loads(delivery.payload or "{}")
+    except ValueError:
+        return None
+    check = payload.get("check_run") if isinstance(payload, dict) else None
+    check_id = check.get("id") if isinstance(check, dict) else None
+    if not isinstance(check_id, int) or isinstance(check_id, bool):
+        return None
+    row = session.scalar(select(CheckRun).where(CheckRun.github_id == check_id))
+    if row is None:
+        return None
+    job = row.job
+    root = _root_delivery_id(job.delivery_id)
+    original = session.get(Delivery, root)
+    if original is None or original.payload is None:
+        log.warning("[e: %s] cannot re-run %s: the original delivery or its payload is gone", root, row.name)
+        return None
+    prior = session.scalar(
+        select(Dispatch).where(Dispatch.delivery_id == root, Dispatch.target == job.repo)
+    )
+    count = session.scalar(select(func.count(Delivery.id)).where(Delivery.id.like(f"{root}/rerun/%"))) or 0
+    new_id = f"{root}/rerun/{count + 1}"
+    session.add(Delivery(
+        id=new_id, event=original.event, action=original.action, repo=original.repo,
+        pr_number=original.pr_number, head_sha=original.head_sha, ref=original.ref,
+        labels=list(original.labels or []), label=original.label, sender=delivery.sender,
+        author_association=original.author_association, payload=original.payload,
+        payload_bytes=original.payload_bytes,
+    ))
+    dispatch = Dispatch(
+        delivery_id=new_id, target=job.repo,
+        kind=prior.kind if prior is not None else "github",
+        level=prior.level if prior is not None else (runtime.allowlist.get().level_of(job.repo) if runtime else 1) or 1,
+        event_type=prior.event_type if prior is not None else original.event,
+        state=PENDING,
+    )
+    session.add(dispatch)
+    session.flush()
+    log.info("[e: %s] re-run of %s requested through check run %s", new_id, job.repo, check_id)
+    return dispatch

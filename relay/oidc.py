@@ -1,0 +1,224 @@
+"""OIDC bearer verification for ``/callback`` and ``/results``.
+
+A token is accepted when its issuer is configured, its signature verifies against
+that issuer's JWKS, and its audience, issuer and expiry hold. The caller's identity
+is the ``repository`` claim and nothing else; Buildkite tokens carry none, so their
+identity comes from a mapping of immutable ``organization_id/pipeline_id`` to a repo
+(``ci_providers.yml``). Slugs are not used: they can be renamed and then re-taken.
+
+JWKS documents are cached per issuer for ``oidc_jwks_ttl_s``; a token whose ``kid``
+is not in the cached set triggers one early refetch (key rotation), at most once per
+``MIN_REFETCH_S`` per issuer so forged kids cannot hammer the issuer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import yaml
+
+from crcr.errors import ConfigError
+from crcr.settings import Settings
+
+GITHUB_ISSUER = "https://token.actions.githubusercontent.com"
+BUILDKITE_ISSUER = "https://agent.buildkite.com"
+ALGORITHMS = ["RS256", "ES256"]
+MIN_REFETCH_S = 10.0
+MAX_TOKEN_CHARS = 8192
+LEEWAY_S = 30
+
+
+class AuthError(Exception):
+    """The bearer token is missing or invalid: the caller gets 401 with ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who called: the repo the token vouches for, and which issuer said so."""
+
+    repo: str
+    issuer: str
+    subject: str = ""
+
+
+@dataclass
+class Provider:
+    """One OIDC issuer; ``repo_map`` set means identity comes from it, not from claims."""
+
+    issuer: str
+    jwks_uri: str
+    repo_map: dict[str, str] | None = None
+
+
+@dataclass
+class _Keys:
+    keys: dict[str, jwt.PyJWK] = field(default_factory=dict)
+    fetched_at: float = float("-inf")
+
+
+def _default_jwks_uri(issuer: str) -> str:
+    # GitHub Actions and Buildkite both publish their keys here
+    return issuer.rstrip("/") + "/.well-known/jwks"
+
+
+def load_providers(settings: Settings) -> list[Provider]:
+    """Issuers from ``oidc_issuers`` plus those in ``ci_providers.yml`` (the file wins)."""
+    providers = {iss: Provider(iss, _default_jwks_uri(iss)) for iss in settings.oidc_issuers}
+    if settings.ci_providers is not None:
+        for p in parse_ci_providers(Path(settings.ci_providers)):
+            providers[p.issuer] = p
+    return list(providers.values())
+
+
+def parse_ci_providers(path: Path) -> list[Provider]:
+    """Read CRCR's ``ci_providers.yml`` (``providers: {name: {issuer, jwks_uri, repo_map}}``)."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read ci_providers file {path}: {exc.strerror}", hint="fix CRCR_CI_PROVIDERS") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}", hint="see docs/callbacks.md") from exc
+    entries = data.get("providers") if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise ConfigError(f"{path}: expected a 'providers' mapping", hint="see docs/callbacks.md for the format")
+    out: list[Provider] = []
+    for name, entry in entries.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("issuer"), str):
+            raise ConfigError(f"{path}: provider {name!r} needs an 'issuer' URL", hint="see docs/callbacks.md")
+        issuer = entry["issuer"]
+        jwks_uri = entry.get("jwks_uri") or _default_jwks_uri(issuer)
+        repo_map = entry.get("repo_map")
+        if repo_map is None and issuer == BUILDKITE_ISSUER:
+            repo_map = {}  # Buildkite has no repository claim: unmapped pipelines are refused
+        if repo_map is not None:
+            if not isinstance(repo_map, dict):
+                raise ConfigError(f"{path}: provider {name!r}: repo_map must be a mapping", hint="org_id/pipeline_id: owner/repo")
+            for key, repo in repo_map.items():
+                if not isinstance(key, str) or key.count("/") != 1 or not isinstance(repo, str) or repo.count("/") != 1:
+                    raise ConfigError(
+                        f"{path}: provider {name!r}: repo_map entry {key!r}: {repo!r} is not 'org_id/pipeline_id: owner/repo'",
+                        hint="use the immutable organization and pipeline ids (UUIDs), not slugs",
+                    )
+            repo_map = {k.lower(): v for k, v in repo_map.items()}
+        out.append(Provider(issuer=issuer, jwks_uri=jwks_uri, repo_map=repo_map))
+    return out
+
+
+class OidcVerifier:
+    """Verifies bearer tokens; thread-safe (FastAPI runs sync endpoints in a pool)."""
+
+    def __init__(
+        self,
+        providers: list[Provider],
+        audience: str,
+        *,
+        jwks_ttl_s: float = 600.0,
+        http: httpx.Client | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.providers = {p.issuer: p for p in providers}
+        self.audience = audience
+        self.jwks_ttl_s = jwks_ttl_s
+        self._http = http or httpx.Client(timeout=5.0, follow_redirects=False)
+        self._clock = clock
+        self._keys: dict[str, _Keys] = {}
+        self._lock = threading.Lock()
+        self.fetches = 0  # observable in tests and metrics
+
+    @classmethod
+    def from_settings(cls, settings: Settings, http: httpx.Client | None = None) -> OidcVerifier:
+        return cls(load_providers(settings), settings.oidc_audience, jwks_ttl_s=settings.oidc_jwks_ttl_s, http=http)
+
+    # -- keys ------------------------------------------------------------------------
+    def _fetch(self, provider: Provider) -> _Keys:
+        self.fetches += 1
+        try:
+            resp = self._http.get(provider.jwks_uri)
+            resp.raise_for_status()
+            jwks = jwt.PyJWKSet.from_dict(resp.json())
+        except (httpx.HTTPError, ValueError, jwt.PyJWKSetError) as exc:
+            raise AuthError(f"cannot fetch the signing keys of {provider.issuer}: {type(exc).__name__}") from exc
+        return _Keys({k.key_id: k for k in jwks.keys if k.key_id}, self._clock())
+
+    def _key_for(self, provider: Provider, kid: str) -> jwt.PyJWK:
+        with self._lock:
+            cached = self._keys.get(provider.issuer)
+            now = self._clock()
+            if cached is None or now - cached.fetched_at > self.jwks_ttl_s:
+                cached = self._keys[provider.issuer] = self._fetch(provider)
+            elif kid not in cached.keys and now - cached.fetched_at >= MIN_REFETCH_S:
+                # rotation: the issuer may have published a key we have not seen yet
+                cached = self._keys[provider.issuer] = self._fetch(provider)
+            key = cached.keys.get(kid)
+        if key is None:
+            raise AuthError(f"token signed with unknown key id for issuer {provider.issuer}")
+        return key
+
+    # -- tokens ----------------------------------------------------------------------
+    def verify(self, authorization: str | None) -> Identity:
+        """The identity behind an ``Authorization: Bearer ...`` header, or AuthError."""
+        if not authorization:
+            raise AuthError("missing Authorization header (expected 'Bearer <OIDC token>')")
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AuthError("Authorization must be 'Bearer <OIDC token>'")
+        if len(token) > MAX_TOKEN_CHARS:
+            raise AuthError("token too long")
+        try:
+            header = jwt.get_unverified_header(token)
+            unverified = jwt.decode(token, options={"verify_signature": False})
+        except jwt.PyJWTError as exc:
+            raise AuthError(f"malformed token: {exc}") from exc
+        issuer = unverified.get("iss")
+        provider = self.providers.get(issuer) if isinstance(issuer, str) else None
+        if provider is None:
+            raise AuthError("token issuer is not one this relay accepts")
+        kid = header.get("kid")
+        alg = header.get("alg")
+        if not isinstance(kid, str) or alg not in ALGORITHMS:
+            raise AuthError("token header needs a key id and an RS256/ES256 algorithm")
+        key = self._key_for(provider, kid)
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key.key,
+                algorithms=[alg],
+                audience=self.audience,
+                issuer=provider.issuer,
+                leeway=LEEWAY_S,
+                options={"require": ["exp", "iat", "iss", "aud"]},
+            )
+        except jwt.ExpiredSignatureError as exc:
+            raise AuthError("token expired") from exc
+        except jwt.InvalidAudienceError as exc:
+            raise AuthError(f"token audience is not {self.audience!r}") from exc
+        except jwt.PyJWTError as exc:
+            raise AuthError(f"token rejected: {exc}") from exc
+        return Identity(repo=self._repo_of(provider, claims), issuer=provider.issuer, subject=str(claims.get("sub", "")))
+
+    @staticmethod
+    def _repo_of(provider: Provider, claims: dict[str, Any]) -> str:
+        if provider.repo_map is not None:
+            org, pipeline = claims.get("organization_id"), claims.get("pipeline_id")
+            if not isinstance(org, str) or not isinstance(pipeline, str) or not org or not pipeline:
+                raise AuthError("token carries no organization_id/pipeline_id claims")
+            repo = provider.repo_map.get(f"{org}/{pipeline}".lower())
+            if repo is None:
+                raise AuthError(f"pipeline {org}/{pipeline} is not mapped to a repository in ci_providers.yml")
+            return repo
+        repo = claims.get("repository")
+        if not isinstance(repo, str) or repo.count("/") != 1 or len(repo) > 200:
+            raise AuthError("token carries no valid 'repository' claim")
+        return repo
