@@ -54,6 +54,8 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path(".crcr"), description="directory for the SQLite database, queue and logs")
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/crcr.db (WAL)")
     queue_url: str | None = Field(None, description="huey queue: redis://... for RedisHuey; default SQLite in data_dir")
+    queue_name: str = Field("crcr", description="huey queue name (several relays can share one Redis)")
+    workers: int = Field(4, ge=1, description="worker threads of the in-process consumer of crcr serve")
 
     # upstream and intake
     upstream_repo: str = Field("pytorch/pytorch", description="the upstream repository whose events are relayed")
@@ -78,6 +80,7 @@ class Settings(BaseSettings):
     dispatch_timeout_s: float = Field(10.0, gt=0, description="HTTP timeout of one dispatch request")
     sweeper_interval_s: float = Field(30.0, gt=0, description="how often rows left in flight are re-enqueued")
     sweeper_stale_after_s: float = Field(120.0, gt=0, description="a row in flight this long without progress is re-enqueued")
+    retention_days: float = Field(30.0, gt=0, description="default age for `crcr db prune` (payloads older are dropped)")
 
     # callbacks
     oidc_issuers: list[str] = Field(
@@ -89,6 +92,12 @@ class Settings(BaseSettings):
     ci_providers: Path | None = Field(None, description="ci_providers.yml: Buildkite org/pipeline ids -> repo")
     callback_rate_per_minute: int = Field(60, ge=1, description="callbacks accepted per repo per minute, then 429")
     max_results_bytes: int = Field(32 * 1024 * 1024, description="largest /results upload (after gunzip)")
+
+    # selector agent (crcr select plan --agent claude)
+    anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key (else ANTHROPIC_API_KEY)")
+    anthropic_base_url: str | None = Field(None, description="Messages API base URL (a proxy or a test server)")
+    select_agent_model: str = Field("claude-sonnet-4-5", description="model the selector's Claude agent uses")
+    select_agent_batch: int = Field(20, ge=1, le=200, description="tests per agent request")
 
     # service
     host: str = Field("127.0.0.1", description="address crcr serve binds")

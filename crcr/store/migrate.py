@@ -1,0 +1,60 @@
+"""Alembic migrations driven from code (``crcr db upgrade``, and ``crcr serve`` on start).
+
+The migration scripts live in ``crcr/store/migrations``; the metadata they are checked
+against is every table module of ``crcr.store`` (loaded by ``load_all_models``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import MetaData
+from sqlalchemy.engine import Engine
+
+import crcr.store
+from crcr.errors import ExternalError
+from crcr.store.base import Base
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_NOT_MODELS = {"base", "migrate", "session", "migrations", "prune"}
+
+
+def load_all_models() -> MetaData:
+    """Import every table module of ``crcr.store`` so ``Base.metadata`` is complete."""
+    for info in pkgutil.iter_modules(crcr.store.__path__):
+        if info.name not in _NOT_MODELS and not info.name.startswith("_"):
+            importlib.import_module(f"crcr.store.{info.name}")
+    return Base.metadata
+
+
+def alembic_config(engine: Engine) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the database to ``revision``; storage failures become an ``ExternalError``."""
+    load_all_models()
+    try:
+        command.upgrade(alembic_config(engine), revision)
+    except Exception as exc:
+        if isinstance(exc, ExternalError):
+            raise
+        raise ExternalError(
+            f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {exc}",
+            hint="check CRCR_DATABASE_URL and that the database is reachable",
+            reference="db-migration-failed",
+        ) from exc
+
+
+def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()

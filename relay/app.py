@@ -1,0 +1,66 @@
+"""The relay's FastAPI application.
+
+``create_app(settings)`` builds the app; its lifespan migrates the database, registers
+the worker tasks and (for ``crcr serve``) runs an in-process Huey consumer and the
+sweeper. Routers: intake (``/webhook``), callbacks (``/callback``), results
+(``/results``), health (``/livez``, ``/readyz``, ``/metrics``). Shared dependencies are
+in ``relay.deps``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from crcr.queue import ConsumerThread
+from crcr.settings import Settings
+from crcr.store.migrate import upgrade
+from relay import callbacks, health, intake, results
+from relay.runtime import Runtime, webhook_secret
+from relay.worker import Sweeper, register_tasks
+
+log = logging.getLogger("crcr.relay")
+
+
+def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
+               start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
+    """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+    runtime = runtime or Runtime.from_settings(settings)
+    secret, secret_path = webhook_secret(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if migrate:
+            await run_in_threadpool(upgrade, runtime.engine)
+        register_tasks(runtime)
+        consumer = sweeper = None
+        if start_worker:
+            consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers)
+            consumer.start()
+        if start_sweeper:
+            sweeper = Sweeper(runtime)
+            sweeper.start()
+        try:
+            yield
+        finally:
+            if sweeper:
+                sweeper.stop()
+            if consumer:
+                await run_in_threadpool(consumer.stop)
+            runtime.close()
+
+    app = FastAPI(title="crcr relay", version="1", lifespan=lifespan,
+                  description="Cross-repository CI relay: webhooks in, repository_dispatch out, callbacks back.")
+    app.state.runtime = runtime
+    app.state.webhook_secret = secret
+    app.state.webhook_secret_path = secret_path
+    health.install_gauges(runtime)
+    app.include_router(intake.router)
+    app.include_router(callbacks.router)
+    app.include_router(results.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,145 @@
+"""What a webhook is and who should receive it.
+
+``describe`` pulls the fields crcr stores out of a payload (defensively: the payload
+is untrusted and may lack anything). ``route`` decides, from the allowlist, which
+targets get a dispatch row, or why the event is ignored:
+
+- ``pull_request`` opened / reopened / synchronize / closed: every target whose
+  event and path filters accept it (a PR webhook carries no file list, so path
+  filters never drop PR events; see docs/relay.md);
+- ``pull_request`` labeled with ``ciflow/crcr/<device>``: the L3 repos of that device;
+- ``push``: every target, path filters applied to the commits' added/modified/removed;
+- everything else (other actions, other labels, other events): recorded as ignored.
+
+PRs whose author is untrusted (``author_association`` in the allowlist's
+``untrusted_associations``) go only to targets that opt in with ``untrusted: true``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from relay.allowlist import Allowlist, Target
+
+PR_ACTIONS = ("opened", "reopened", "synchronize", "closed")
+LABEL_PREFIX = "ciflow/crcr/"
+MERGED_LABEL = "Merged"  # PyTorch's merge bot closes PRs without a native merge and adds this label
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _str(v: Any, limit: int) -> str | None:
+    return v[:limit] if isinstance(v, str) else None
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and -(2**31) < v < 2**31 else None
+
+
+@dataclass
+class EventInfo:
+    event: str
+    action: str | None = None
+    repo: str | None = None
+    pr_number: int | None = None
+    head_sha: str | None = None
+    ref: str | None = None
+    labels: list[str] = field(default_factory=list)
+    label: str | None = None
+    sender: str | None = None
+    author_association: str | None = None
+    changed_paths: list[str] | None = None  # None: not known from the payload
+
+    @property
+    def merged(self) -> bool:
+        """Landed, natively or by PyTorch's merge bot (closed + ``Merged`` label)."""
+        return self.action == "closed" and MERGED_LABEL in self.labels
+
+
+def describe(event: str, payload: dict[str, Any]) -> EventInfo:
+    """The stored fields of a webhook; missing or odd-typed fields become None."""
+    info = EventInfo(event=event[:64])
+    info.action = _str(payload.get("action"), 64)
+    info.repo = _str(_get(payload, "repository", "full_name"), 200)
+    info.sender = _str(_get(payload, "sender", "login"), 100)
+    pr = payload.get("pull_request") if event == "pull_request" else None
+    if event == "pull_request" and isinstance(pr, dict):
+        info.pr_number = _int(pr.get("number")) or _int(payload.get("number"))
+        info.head_sha = _str(_get(pr, "head", "sha"), 64)
+        info.ref = _str(_get(pr, "head", "ref"), 255)
+        labels = pr.get("labels")
+        if isinstance(labels, list):
+            info.labels = [n[:255] for n in (_get(x, "name") for x in labels) if isinstance(n, str)][:100]
+        info.author_association = _str(pr.get("author_association"), 40)
+        info.label = _str(_get(payload, "label", "name"), 255)
+    elif event == "push":
+        info.head_sha = _str(payload.get("after"), 64)
+        info.ref = _str(payload.get("ref"), 255)
+        commits = payload.get("commits")
+        if isinstance(commits, list):
+            paths: set[str] = set()
+            for c in commits:
+                for key in ("added", "modified", "removed"):
+                    for p in _get(c, key) or []:
+                        if isinstance(p, str):
+                            paths.add(p)
+            # GitHub lists at most 2048 commits (and trims file lists): unknown beyond that
+            info.changed_paths = sorted(paths) if len(commits) < 2048 else None
+    elif event in ("issue_comment", "check_run"):
+        issue = payload.get("issue")
+        info.pr_number = _int(_get(issue, "number")) if isinstance(issue, dict) and "pull_request" in issue else None
+        info.head_sha = _str(_get(payload, "check_run", "head_sha"), 64)
+    return info
+
+
+@dataclass
+class Route:
+    targets: list[Target]
+    ignored_reason: str | None = None
+    skipped: list[str] = field(default_factory=list)  # targets left out for an untrusted author
+    device: str | None = None  # the device of a ciflow/crcr/<device> label
+
+
+def route(info: EventInfo, allow: Allowlist, *, upstream_repo: str) -> Route:
+    """Which targets get a dispatch row for this event (or why none)."""
+    if info.repo is not None and info.repo.lower() != upstream_repo.lower():
+        return Route([], f"event from {info.repo}, not from the upstream repository {upstream_repo}")
+    if info.repo is None:
+        return Route([], "payload names no repository")
+    device = None
+    if info.event == "pull_request":
+        if info.action == "labeled":
+            if not info.label or not info.label.startswith(LABEL_PREFIX):
+                return Route([], f"label {info.label!r} is not a {LABEL_PREFIX}<device> label")
+            device = info.label[len(LABEL_PREFIX):]
+            repos = allow.devices().get(device, [])
+            if not repos:
+                return Route([], f"no L3 repository is registered for device {device!r}", device=device)
+            candidates = [allow.targets[r] for r in repos]
+        elif info.action in PR_ACTIONS:
+            candidates = list(allow)
+        else:
+            return Route([], f"pull_request action {info.action!r} is not forwarded")
+    elif info.event == "push":
+        candidates = list(allow)
+    else:
+        return Route([], f"event {info.event!r} is not dispatched")
+    chosen = [t for t in candidates if t.wants_event(info.event, info.action) and t.wants_paths(info.changed_paths)]
+    skipped: list[str] = []
+    if info.event == "pull_request" and (info.author_association or "").upper() in allow.untrusted_associations:
+        skipped = [t.repo for t in chosen if not t.untrusted]
+        chosen = [t for t in chosen if t.untrusted]
+    if not chosen:
+        if skipped:
+            why = f"author is untrusted ({info.author_association}); no target opts in to untrusted code"
+        else:
+            why = "no allowlisted target accepts this event (event or path filters)"
+        return Route([], why, skipped=skipped, device=device)
+    return Route(chosen, None, skipped=skipped, device=device)

@@ -1,0 +1,93 @@
+"""Worker tasks (registered by name on any Huey) and the sweeper.
+
+``register_tasks(runtime)`` puts ``crcr.dispatch.send`` on ``runtime.huey``; the API
+process and ``crcr worker`` processes call it alike, so a task enqueued by one is run
+by any. ``Sweeper`` is a thread that re-enqueues rows whose task was lost (a worker
+SIGKILLed mid-attempt, a queue flushed, an enqueue that failed after commit).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Iterable
+
+from relay import dispatch
+from relay.runtime import Runtime
+
+log = logging.getLogger("crcr.relay.worker")
+
+SEND_TASK = "crcr.dispatch.send"
+
+
+class Tasks:
+    """The tasks of one runtime; ``enqueue`` never raises (the sweeper is the safety net)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+        def send_dispatch(dispatch_id: int) -> str | None:
+            outcome = dispatch.attempt(runtime, dispatch_id)
+            if outcome is not None and outcome.state == dispatch.RETRYING and outcome.delay_s is not None:
+                self.schedule(dispatch_id, outcome.delay_s)
+            return outcome.state if outcome else None
+
+        self.send = runtime.huey.task(name=SEND_TASK)(send_dispatch)
+
+    def enqueue(self, ids: Iterable[int]) -> int:
+        n = 0
+        for i in ids:
+            try:
+                self.send(i)
+                n += 1
+            except Exception:
+                log.warning("could not enqueue dispatch %s; the sweeper will pick it up", i, exc_info=True)
+        return n
+
+    def schedule(self, dispatch_id: int, delay_s: float) -> None:
+        try:
+            self.send.schedule((dispatch_id,), delay=delay_s)
+        except Exception:
+            log.warning("could not schedule the retry of dispatch %s; the sweeper will", dispatch_id, exc_info=True)
+
+
+def register_tasks(runtime: Runtime) -> Tasks:
+    if runtime.tasks is None:
+        runtime.tasks = Tasks(runtime)
+    return runtime.tasks
+
+
+def sweep_once(runtime: Runtime) -> int:
+    """Re-enqueue every open row that nobody holds and that is overdue; returns how many."""
+    stale = dt.timedelta(seconds=runtime.settings.sweeper_stale_after_s)
+    ids = dispatch.due_for_sweep(runtime, stale_after=stale)
+    if ids:
+        dispatch.touch_for_requeue(runtime, ids)
+        register_tasks(runtime).enqueue(ids)
+        log.info("sweeper re-enqueued %d dispatch(es)", len(ids))
+    return len(ids)
+
+
+class Sweeper:
+    """Runs ``sweep_once`` every ``interval_s`` in a daemon thread (enable in one process)."""
+
+    def __init__(self, runtime: Runtime, interval_s: float | None = None) -> None:
+        self.runtime = runtime
+        self.interval_s = interval_s or runtime.settings.sweeper_interval_s
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="crcr-sweeper", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                sweep_once(self.runtime)
+            except Exception:  # storage down: try again next period
+                log.warning("sweep failed", exc_info=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(5)
