@@ -141,7 +141,7 @@ def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: Eve
     try:
         with runtime.sessions() as s:
             delivery = s.get(Delivery, delivery_id)
-            fn(s, delivery)
+            fn(s, delivery, runtime)
             s.commit()
     except Exception:
         log.exception("relay.checks.%s failed for %s; the delivery is stored regardless", name, delivery_id)
