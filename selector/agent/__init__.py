@@ -1,0 +1,1 @@
+"""Agents decide what the rules leave undecided: ``offline`` (default) or ``claude``."""

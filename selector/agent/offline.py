@@ -1,0 +1,101 @@
+"""The deterministic agent: decides what rules leave undecided by reading, not guessing.
+
+For each test it reads the test's source and the capability file through the same
+read-only tools the Claude agent gets, collects the torch operations the source calls
+(from the AST: docstrings and comments are never read as instructions), and decides:
+``skip`` when a call has no kernel on the backend, ``run`` otherwise. Every reason says
+what was read and which calls decided it.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from crcr.contracts.inventory import InventoryTest
+from selector.agent.base import AgentAnswer, Usage
+from selector.agent.tools import Tools
+from selector.fingerprint import digest
+
+# Calls that build inputs or inspect results, not operators under test.
+NEUTRAL = frozenset(
+    """tensor zeros ones empty randn rand randint arange full manual_seed device Size zeros_like ones_like
+    empty_like randn_like rand_like full_like no_grad enable_grad float32 float16 bfloat16 get_default_dtype
+    set_default_dtype is_tensor to cpu item size dim numel tolist clone contiguous view reshape copy_ fill_
+    detach requires_grad_ numpy type is_contiguous stride storage_offset data_ptr expand stack cat equal
+    allclose isclose testing assert_close backward grad linspace eye as_strided unsqueeze squeeze permute
+    transpose t flatten narrow select index_select new_empty new_zeros new_ones new_full from_numpy
+    broadcast_tensors result_type promote_types can_cast finfo iinfo is_floating_point is_complex numel
+    uniform_ normal_ zero_ sum mean""".split()
+)
+_TORCH_ROOTS = {"torch", "F", "nn"}
+
+
+def torch_calls(fn: ast.FunctionDef) -> list[str]:
+    """Operator names a test calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
+    found: list[str] = []
+    for node in ast.walk(fn):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        attr = node.func.attr
+        base = node.func.value
+        root = base
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name) and root.id == "self":
+            continue  # assertions and helpers of the test case
+        if isinstance(root, ast.Name) and root.id in _TORCH_ROOTS:
+            dotted = ast.unparse(node.func)
+            if ".cuda." in dotted or dotted.startswith("torch.cuda"):
+                found.append("torch.cuda")
+                continue
+        if attr.startswith("_") or attr in NEUTRAL or attr.startswith("assert"):
+            continue
+        found.append(attr)
+    return sorted(set(found))
+
+
+class OfflineAgent:
+    """Deterministic twin of the Claude agent."""
+
+    name = "offline"
+
+    def decide(self, tests: list[InventoryTest], tools: Tools) -> tuple[dict[str, AgentAnswer], Usage]:
+        answers: dict[str, AgentAnswer] = {}
+        tools.read_capabilities()
+        cap_ref = f"capability file {tools.caps.digest[:8]}"
+        for test in tests:
+            fn = tools.test_function(test.id)
+            if fn is None:
+                answers[test.id] = AgentAnswer(
+                    id=test.id, mode="skip", confidence="low",
+                    reason=f"[agent:offline] read {cap_ref}; the test's source is not readable here, so it stays "
+                           "skipped until a reviewer or a run decides",
+                )
+                continue
+            tools.calls.append(f"read_test_source({test.id})")
+            src_ref = f"test source {digest(ast.dump(fn))[:8]}"
+            if test.op:
+                tools.read_opinfo(test.op)
+            calls = torch_calls(fn)
+            missing = [c for c in calls if c == "torch.cuda" or not tools.supports(c)]
+            if missing:
+                shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+                answers[test.id] = AgentAnswer(
+                    id=test.id, mode="skip", confidence="medium",
+                    reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls {shown}, which "
+                           f"{tools.caps.device} has no kernel for",
+                )
+            elif calls:
+                shown = ", ".join(calls[:5]) + (" ..." if len(calls) > 5 else "")
+                answers[test.id] = AgentAnswer(
+                    id=test.id, mode="run", confidence="medium",
+                    reason=f"[agent:offline] read {src_ref} and {cap_ref}: every op it calls ({shown}) has a "
+                           f"{tools.caps.device} kernel",
+                )
+            else:
+                answers[test.id] = AgentAnswer(
+                    id=test.id, mode="run", confidence="low",
+                    reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls no operator beyond tensor "
+                           "creation and checks",
+                )
+        return answers, Usage()

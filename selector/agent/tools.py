@@ -1,0 +1,156 @@
+"""Read-only tools an agent may use: a test's source, the capability file, an OpInfo entry.
+
+Every tool returns bounded text and reads only inside its roots; nothing is executed.
+What a tool returns is upstream data, never instructions: the Claude agent passes it
+back inside ``tool_result`` blocks, and the offline agent parses it as code.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from crcr.contracts.inventory import InventoryTest
+from selector.capabilities import Capabilities
+from selector.inventory.opinfo import OpInfoEntry, scan
+from selector.inventory.sources import TorchSources
+
+MAX_TOOL_CHARS = 12_000
+_CLASS_SUFFIXES = ("PRIVATEUSE1", "CPU", "CUDA")
+
+TOOL_SPECS: list[dict[str, Any]] = [
+    {
+        "name": "read_test_source",
+        "description": "Source code of one upstream test (the generic method before device/dtype instantiation).",
+        "input_schema": {
+            "type": "object",
+            "properties": {"test_id": {"type": "string", "description": "full pytest id"}},
+            "required": ["test_id"],
+        },
+    },
+    {
+        "name": "read_capabilities",
+        "description": "The backend's capability file: dtypes, features, limits, and whether given ops have kernels.",
+        "input_schema": {
+            "type": "object",
+            "properties": {"ops": {"type": "array", "items": {"type": "string"}, "description": "op names to look up"}},
+        },
+    },
+    {
+        "name": "read_opinfo",
+        "description": "The OpInfo entry (constructor source) of an op in the installed torch.",
+        "input_schema": {"type": "object", "properties": {"op": {"type": "string"}}, "required": ["op"]},
+    },
+]
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= MAX_TOOL_CHARS else text[: MAX_TOOL_CHARS - 30] + "\n# ... [truncated]"
+
+
+class Tools:
+    """The read-only tool set, shared by every agent."""
+
+    def __init__(self, caps: Capabilities, tests: dict[str, InventoryTest], source_root: Path | None = None,
+                 torch_sources: TorchSources | None = None) -> None:
+        self.caps = caps
+        self.tests = tests
+        self.source_root = source_root.resolve() if source_root else None
+        self.torch_sources = torch_sources
+        self._trees: dict[str, tuple[ast.Module, str] | None] = {}
+        self._opinfo: dict[str, OpInfoEntry] | None = None
+        self.calls: list[str] = []  # what was read, for the reason's citation
+
+    # -- tools -------------------------------------------------------------------------
+    def read_test_source(self, test_id: str) -> str | None:
+        self.calls.append(f"read_test_source({test_id})")
+        node_text = self._test_node(test_id)
+        return _bounded(node_text[1]) if node_text else None
+
+    def read_capabilities(self, ops: list[str] | None = None) -> str:
+        self.calls.append("read_capabilities")
+        summary: dict[str, Any] = {
+            "backend": self.caps.backend,
+            "device": self.caps.device,
+            "dtypes": sorted(self.caps.dtypes),
+            "features": dict(sorted(self.caps.features.items())),
+            "limits": self.caps.limits,
+            "opinfo_count": len(self.caps.opinfo),
+            "aten_op_count": len(self.caps.aten_ops),
+        }
+        if ops:
+            summary["ops"] = {op: self.supports(op) for op in ops[:100]}
+        return _bounded(json.dumps(summary, sort_keys=True, default=str))
+
+    def read_opinfo(self, op: str) -> str | None:
+        self.calls.append(f"read_opinfo({op})")
+        if self.torch_sources is None:
+            return None
+        if self._opinfo is None:
+            self._opinfo = scan(self.torch_sources, with_source=True)
+        entry = self._opinfo.get(op)
+        return _bounded(entry.source) if entry else None
+
+    # -- helpers -----------------------------------------------------------------------
+    def supports(self, name: str) -> bool:
+        """Whether an op (OpInfo name or bare aten name) has a kernel on the backend."""
+        bare = name.split("::")[-1]
+        return self.caps.supports_op(bare) or bare in self.caps.aten_names()
+
+    def dispatch(self, name: str, args: dict[str, Any]) -> str:
+        """Run a tool by name with untrusted arguments; unknown tools and bad arguments give an error text."""
+        if name == "read_test_source" and isinstance(args.get("test_id"), str):
+            return self.read_test_source(args["test_id"]) or "error: no source available for that test id"
+        if name == "read_capabilities":
+            ops = args.get("ops")
+            return self.read_capabilities([o for o in ops if isinstance(o, str)] if isinstance(ops, list) else None)
+        if name == "read_opinfo" and isinstance(args.get("op"), str):
+            return self.read_opinfo(args["op"]) or "error: no OpInfo entry with that name"
+        return f"error: unknown tool or bad arguments for {name!r}"
+
+    def test_function(self, test_id: str) -> ast.FunctionDef | None:
+        found = self._test_node(test_id)
+        return found[0] if found else None
+
+    def _test_node(self, test_id: str) -> tuple[ast.FunctionDef, str] | None:
+        test = self.tests.get(test_id)
+        if test is None or self.source_root is None or test.cls is None:
+            return None
+        path = (self.source_root / test.file).resolve()
+        if not path.is_relative_to(self.source_root) or not path.is_file():
+            return None  # ids never lead outside the checkout
+        parsed = self._tree(str(path))
+        if parsed is None:
+            return None
+        tree, text = parsed
+        cls = test.cls
+        for suffix in _CLASS_SUFFIXES:
+            if cls.endswith(suffix) and len(cls) > len(suffix):
+                cls = cls[: -len(suffix)]
+                break
+        method = test.template or re.sub(r"_\w+$", "", test.method)
+        classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+        todo = [cls]
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop(0)
+            if name in seen or name not in classes:
+                continue
+            seen.add(name)
+            for node in classes[name].body:
+                if isinstance(node, ast.FunctionDef) and node.name == method:
+                    return node, ast.get_source_segment(text, node) or ""
+            todo += [b.id for b in classes[name].bases if isinstance(b, ast.Name)]
+        return None
+
+    def _tree(self, path: str) -> tuple[ast.Module, str] | None:
+        if path not in self._trees:
+            try:
+                text = Path(path).read_text(encoding="utf-8", errors="replace")
+                self._trees[path] = (ast.parse(text), text)
+            except (OSError, SyntaxError, ValueError):
+                self._trees[path] = None
+        return self._trees[path]

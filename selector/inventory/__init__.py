@@ -1,0 +1,1 @@
+"""Inventories: what upstream tests exist (static AST, embedded suite, test-times, OpInfo level)."""

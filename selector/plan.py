@@ -1,0 +1,267 @@
+"""``crcr select plan``: classify an inventory and write one plan file per upstream file.
+
+Rules decide first; the agent decides what they leave; the writer groups decisions
+that share a rule pattern into one entry and verifies, with the one resolver in
+``crcr.contracts.plan``, that every test resolves to what was decided (adding exact
+exceptions where a pattern over-reaches). A cache in the data directory keyed by
+fingerprints and input digests makes re-planning an unchanged inventory cheap: a test
+whose fingerprint and context are unchanged keeps its decision, and a file whose
+inputs and bytes are unchanged is not rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from crcr.contracts.inventory import Inventory, InventoryTest
+from crcr.contracts.plan import PlanEntry, PlanFile, Upstream, plan_path_for
+from crcr.fileio import atomic_write_text
+from selector.agent.base import Agent, Usage
+from selector.agent.tools import Tools
+from selector.capabilities import Capabilities
+from selector.disabled import DisabledTests
+from selector.fingerprint import digest
+from selector.planfiles import merge_plan_text
+from selector.rules import DEFAULT_RULES, RULES_VERSION, RuleContext, classify
+
+CACHE_VERSION = "1"
+MIN_GROUP = 3
+RULE_ORDER = {rule.name: i for i, rule in enumerate(DEFAULT_RULES)}
+
+
+@dataclass
+class Decided:
+    mode: str
+    reason: str
+    source: str  # rules | agent
+    fingerprint: str
+    rule: str | None = None
+    pattern: str | None = None
+    confidence: str | None = None
+    evidence: dict[str, str] | None = None
+
+
+@dataclass
+class PlanReport:
+    tests: int = 0
+    files: int = 0
+    files_written: int = 0
+    files_unchanged: int = 0
+    entries: int = 0
+    pattern_entries: int = 0
+    reused: int = 0
+    classified: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    by_mode: dict[str, int] = field(default_factory=dict)
+    usage: Usage = field(default_factory=Usage)
+    seconds: float = 0.0
+
+
+class DecisionCache:
+    """Decisions by test id and fingerprint, plus per-file input/output digests."""
+
+    def __init__(self, path: Path, context: str) -> None:
+        self.path = path
+        self.context = context
+        self.decisions: dict[str, dict[str, Any]] = {}
+        self.files: dict[str, dict[str, str]] = {}
+        if path.is_file():
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if data.get("version") == CACHE_VERSION and data.get("context") == context:
+                    self.decisions = data.get("decisions", {})
+                    self.files = data.get("files", {})
+            except (OSError, json.JSONDecodeError):
+                pass  # a broken cache is only a slower run
+
+    def get(self, test: InventoryTest) -> Decided | None:
+        hit = self.decisions.get(test.id)
+        if hit and hit.get("fingerprint") == test.fingerprint:
+            return Decided(**hit)
+        return None
+
+    def put(self, test_id: str, decided: Decided) -> None:
+        self.decisions[test_id] = asdict(decided)
+
+    def save(self) -> None:
+        atomic_write_text(self.path, json.dumps(
+            {"version": CACHE_VERSION, "context": self.context, "decisions": self.decisions, "files": self.files},
+            sort_keys=True, separators=(",", ":"),
+        ))
+
+
+def context_digest(caps: Capabilities, disabled: DisabledTests | None, agent: Agent) -> str:
+    disabled_digest = hashlib.sha256(disabled.path.read_bytes()).hexdigest()[:16] if disabled else "-"
+    model = getattr(agent, "model", "")
+    return digest(CACHE_VERSION, RULES_VERSION, caps.digest, disabled_digest, agent.name, model)
+
+
+def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, tools: Tools,
+                   cache: DecisionCache | None = None, report: PlanReport | None = None,
+                   progress: Callable[[int], None] | None = None) -> dict[str, Decided]:
+    """Rules, then the agent for the rest; cached decisions are reused by fingerprint."""
+    report = report or PlanReport()
+    decided: dict[str, Decided] = {}
+    undecided: list[InventoryTest] = []
+    for test in tests:
+        hit = cache.get(test) if cache else None
+        if hit is not None:
+            decided[test.id] = hit
+            report.reused += 1
+            continue
+        rd = classify(test, ctx)
+        if rd is None:
+            undecided.append(test)
+            continue
+        decided[test.id] = Decided(rd.mode, rd.reason, "rules", test.fingerprint, rd.rule, rd.pattern, None, rd.evidence)
+        report.classified += 1
+        if progress:
+            progress(1)
+    if undecided:
+        answers, usage = agent.decide(undecided, tools)
+        report.usage.add(usage)
+        fallback: list[InventoryTest] = [t for t in undecided if t.id not in answers]
+        if fallback and agent.name != "offline":
+            from selector.agent.offline import OfflineAgent
+
+            more, _ = OfflineAgent().decide(fallback, tools)
+            answers.update(more)
+        for test in undecided:
+            a = answers.get(test.id)
+            if a is None:
+                continue
+            decided[test.id] = Decided(a.mode, a.reason, "agent", test.fingerprint, None, None, a.confidence)
+            report.classified += 1
+            if progress:
+                progress(1)
+    if cache:
+        for tid, d in decided.items():
+            cache.put(tid, d)
+    return decided
+
+
+def _entry(test_id: str, d: Decided, with_fp: bool = True) -> dict[str, Any]:
+    e: dict[str, Any] = {"id": test_id, "mode": d.mode, "reason": d.reason, "source": d.source}
+    if d.evidence:
+        e["evidence"] = dict(d.evidence)
+    if with_fp:
+        e["fingerprint"] = d.fingerprint
+    if d.confidence:
+        e["confidence"] = d.confidence
+    return e
+
+
+def build_entries(tests: list[InventoryTest], decided: dict[str, Decided], backend: str, upstream_file: str,
+                  min_group: int = MIN_GROUP) -> list[dict[str, Any]]:
+    """Entries for one file: shared rule patterns once, exceptions and agent decisions exactly."""
+    groups: dict[tuple[str, str, str], list[InventoryTest]] = defaultdict(list)
+    singles: list[InventoryTest] = []
+    for t in tests:
+        d = decided.get(t.id)
+        if d is None:
+            continue
+        if d.source == "rules" and d.pattern and not d.evidence:
+            groups[(d.pattern, d.mode, d.reason)].append(t)
+        else:
+            singles.append(t)
+    patterns: list[dict[str, Any]] = []
+    for (pattern, mode, reason), members in groups.items():
+        if len(members) >= min_group:
+            rule = decided[members[0].id].rule or ""
+            patterns.append({"id": pattern, "mode": mode, "reason": reason, "source": "rules", "_rule": rule})
+        else:
+            singles.extend(members)
+    # Among patterns of one source, the later entry wins: write them in reverse rule order,
+    # so a test two patterns match resolves to the rule that decided it (the earlier one).
+    patterns.sort(key=lambda e: (-RULE_ORDER.get(e["_rule"], 0), e["id"], e["reason"]))
+    for e in patterns:
+        del e["_rule"]
+    exact = [_entry(t.relative_id, decided[t.id]) for t in sorted(singles, key=lambda t: t.id)]
+    entries = patterns + exact
+    return entries + _exceptions(entries, tests, decided, backend, upstream_file)
+
+
+def _exceptions(entries: list[dict[str, Any]], tests: list[InventoryTest], decided: dict[str, Decided],
+                backend: str, upstream_file: str) -> list[dict[str, Any]]:
+    """Exact entries for tests a pattern would resolve differently from their decision."""
+    models = [PlanEntry.model_validate(e) for e in entries]
+    if not any(m.regex is not None for m in models):
+        return []
+    pf = PlanFile(backend=backend, upstream=Upstream(file=upstream_file), tests=models)
+    extra = []
+    for t in sorted(tests, key=lambda t: t.id):
+        d = decided.get(t.id)
+        if d is None:
+            continue
+        got = pf.resolve(t.relative_id)
+        if got.mode != d.mode or got.reason != d.reason:
+            extra.append(_entry(t.relative_id, d))
+    return extra
+
+
+def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backend: str,
+               cache: DecisionCache | None = None, report: PlanReport | None = None,
+               progress: Callable[[int], None] | None = None) -> PlanReport:
+    report = report or PlanReport()
+    by_file: dict[str, list[InventoryTest]] = defaultdict(list)
+    for t in inv.tests:
+        by_file[t.file].append(t)
+    for file in sorted(by_file):
+        tests = sorted(by_file[file], key=lambda t: t.id)
+        path = plan_path_for(out_dir, file)
+        rel = str(path.relative_to(out_dir.resolve()))
+        header = {"backend": backend, "upstream": {"file": file, "torch": inv.torch_version, "git": inv.torch_git}}
+        inputs = digest(json.dumps(header, sort_keys=True),
+                        *[f"{t.id}\0{json.dumps(asdict(decided[t.id]), sort_keys=True)}" for t in tests if t.id in decided])
+        existing = path.read_bytes() if path.is_file() else None
+        cached = cache.files.get(rel) if cache else None
+        report.files += 1
+        if (cached and existing is not None and cached.get("inputs") == inputs
+                and cached.get("output") == hashlib.sha256(existing).hexdigest()):
+            report.files_unchanged += 1
+            if progress:
+                progress(1)
+            continue
+        entries = build_entries(tests, decided, backend, file)
+        report.entries += len(entries)
+        report.pattern_entries += sum(1 for e in entries if PlanEntry.model_validate(e).regex is not None)
+        text = merge_plan_text(existing.decode("utf-8") if existing is not None else None, header, entries, str(path))
+        data = text.encode("utf-8")
+        if data != existing:
+            atomic_write_text(path, text)
+            report.files_written += 1
+        else:
+            report.files_unchanged += 1
+        if cache:
+            cache.files[rel] = {"inputs": inputs, "output": hashlib.sha256(data).hexdigest()}
+        if progress:
+            progress(1)
+    return report
+
+
+def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities, disabled: DisabledTests | None,
+             agent: Agent, tools: Tools, data_dir: Path | None,
+             progress: Callable[[str, int, int], None] | None = None) -> PlanReport:
+    """Classify and write; the whole ``crcr select plan``."""
+    start = time.perf_counter()
+    report = PlanReport(tests=len(inv.tests))
+    cache = None
+    if data_dir is not None:
+        cache_path = data_dir / "selector" / f"plan-cache-{backend}-{digest(str(out_dir.resolve()))}.json"
+        cache = DecisionCache(cache_path, context_digest(caps, disabled, agent))
+    ctx = RuleContext(caps=caps, disabled=disabled)
+    decided = classify_tests(inv.tests, ctx, agent, tools, cache, report)
+    write_plan(inv, decided, out_dir, backend, cache, report)
+    if cache:
+        cache.save()
+    report.by_source = dict(sorted(Counter(d.source for d in decided.values()).items()))
+    report.by_mode = dict(sorted(Counter(d.mode for d in decided.values()).items()))
+    report.seconds = time.perf_counter() - start
+    return report

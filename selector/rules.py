@@ -1,0 +1,208 @@
+"""Rules: deterministic, explainable classification. Each rule is a small named class.
+
+A rule looks at one inventory test and either decides it (mode + reason, the rule's
+name in brackets at the start of the reason) or passes. The first rule that decides
+wins, in the order of :data:`DEFAULT_RULES`: reasons that block a test (upstream
+disabled, wrong device, missing feature or dtype, missing op) come before the one
+rule that says ``run``. What no rule decides goes to the agent.
+
+A rule may also propose a pattern over the file-relative id that covers every test
+sharing its decision (``TestFooPRIVATEUSE1::.*_float64``): plan files use it to say
+one thing once. The plan writer verifies each pattern and adds exact exceptions.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from crcr.contracts.inventory import InventoryTest
+from selector.capabilities import Capabilities
+from selector.disabled import DisabledTests
+
+RULES_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class RuleDecision:
+    mode: str
+    reason: str
+    rule: str
+    pattern: str | None = None
+    evidence: dict[str, str] | None = None
+
+
+@dataclass
+class RuleContext:
+    caps: Capabilities
+    disabled: DisabledTests | None = None
+
+
+def _cls_prefix(test: InventoryTest) -> str:
+    return re.escape(test.cls) + "::" if test.cls else ""
+
+
+class Rule:
+    """One named rule; subclasses implement :meth:`decide`."""
+
+    name: ClassVar[str] = "rule"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def _d(self, mode: str, why: str, pattern: str | None = None, evidence: dict[str, str] | None = None) -> RuleDecision:
+        return RuleDecision(mode, f"[{self.name}] {why}", self.name, pattern, evidence)
+
+
+class UpstreamDisabled(Rule):
+    """Tests PyTorch itself disables on Linux, with the upstream issue."""
+
+    name = "upstream-disabled"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        if ctx.disabled is None:
+            return None
+        entry = ctx.disabled.lookup(test.cls, test.method)
+        if entry is None:
+            return None
+        where = ", ".join(entry.platforms) or "all platforms"
+        return self._d(
+            "skip",
+            f"upstream disables this test on {where}: pytorch/pytorch#{entry.issue} ({entry.url})",
+            evidence={"issue": entry.url, "upstream_key": entry.upstream_key},
+        )
+
+
+_ONLY_DEVICE = re.compile(r"^(?:only(CUDA|CPU|MPS|XPU|HPU|Meta|CUDAAndPRIVATEUSE1))$")
+_ONLY_ON = re.compile(r"^onlyOn\((.*)\)$")
+_DEVICE_COUNT = re.compile(r"^deviceCountAtLeast\((\d+)\)$")
+_EXPECTED_FAIL = re.compile(r"^expectedFailure(PRIVATEUSE1|PrivateUse1)\b")
+_SKIP_OWN = re.compile(r"^skip(PRIVATEUSE1|PrivateUse1)(If)?\b")
+
+
+class DeviceRestriction(Rule):
+    """Decorators that restrict a test to other devices (onlyCUDA, onlyOn, deviceCountAtLeast...)."""
+
+    name = "device-restriction"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
+        for dec in test.decorators:
+            m = _ONLY_DEVICE.match(dec)
+            if m and m.group(1) != "CUDAAndPRIVATEUSE1":
+                return self._d("skip", f"@{dec} restricts the test to {m.group(1).lower()}", scope)
+            m = _ONLY_ON.match(dec)
+            if m and ctx.caps.device not in m.group(1) and "privateuse1" not in m.group(1).lower():
+                return self._d("skip", f"@{dec} does not include {ctx.caps.device}", scope)
+            m = _DEVICE_COUNT.match(dec)
+            have = int(ctx.caps.limits.get("device_count", 1))
+            if m and int(m.group(1)) > have:
+                return self._d("skip", f"@{dec} needs {m.group(1)} devices; {ctx.caps.device} exposes {have}", scope)
+            if _SKIP_OWN.match(dec) and "If" not in dec.split("(")[0]:
+                return self._d("skip", f"@{dec} skips it on PrivateUse1 upstream", scope)
+            if _EXPECTED_FAIL.match(dec):
+                return self._d("xfail", f"@{dec}: upstream expects it to fail on PrivateUse1", scope)
+        return None
+
+
+class CudaOnlyApi(Rule):
+    """Tests that call CUDA-only APIs (torch.cuda.*, CUDA graphs, cudnn) without a device restriction."""
+
+    name = "cuda-only-api"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        if "cuda_api" in test.features and not ctx.caps.feature("cuda_api"):
+            return self._d("skip", f"the test calls CUDA-only APIs (torch.cuda, cudnn or CUDA graphs), which {ctx.caps.device} lacks")
+        return None
+
+
+class FeatureNeeds(Rule):
+    """Features the test needs that the capability file says the backend lacks."""
+
+    name = "feature-needs"
+    CHECKED = ("distributed", "sparse", "quantized", "compile", "jit")
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        for feat in self.CHECKED:
+            if feat in test.features and not ctx.caps.feature(feat):
+                scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
+                return self._d("skip", f"needs {feat}, which {ctx.caps.device}'s capability file marks unsupported", scope)
+        return None
+
+
+class DtypeSupport(Rule):
+    """Dtypes the device has no units for (snpu: float64, complex)."""
+
+    name = "dtype-support"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        if not test.dtype or not ctx.caps.dtypes:
+            return None
+        missing = [d for d in test.dtype.split("_") if _is_dtype(d) and d not in ctx.caps.dtypes]
+        if not missing:
+            return None
+        d = missing[0]
+        pattern = f"{_cls_prefix(test)}.*_{re.escape(d)}" if test.method.endswith(f"_{d}") else None
+        return self._d("skip", f"{ctx.caps.device} does not support dtype {d}", pattern)
+
+
+def _is_dtype(token: str) -> bool:
+    return bool(re.fullmatch(r"(float|bfloat|complex|int|uint)\d+|bool|float8\w*", token))
+
+
+class OpSupport(Rule):
+    """OpInfo tests of ops the backend registers no kernel for."""
+
+    name = "op-support"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        if not test.op or ctx.caps.supports_op(test.op):
+            return None
+        return self._d(
+            "skip",
+            f"{ctx.caps.device} has no kernel for op {test.op} (not in its capability file); running it would only "
+            "raise NotImplementedError",
+            _op_pattern(test),
+        )
+
+
+class OpSupported(Rule):
+    """OpInfo tests whose op has a kernel and nothing above blocks them: run."""
+
+    name = "op-supported"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        if not test.op or not ctx.caps.supports_op(test.op):
+            return None
+        return self._d("run", f"{ctx.caps.device} has a kernel for op {test.op} and supports the test's dtype", _op_pattern(test))
+
+
+def _op_pattern(test: InventoryTest) -> str | None:
+    if not (test.template and test.device and test.op):
+        return None
+    # The op's formatted name sits between the template and the device in the method name.
+    m = re.match(rf"^{re.escape(test.template)}(_.*?)?_(.+?)_{re.escape(test.device)}(_|$)", test.method)
+    if not m:
+        return None
+    return f"{_cls_prefix(test)}.*_{re.escape(m.group(2))}_{re.escape(test.device)}(_.*)?"
+
+
+DEFAULT_RULES: tuple[Rule, ...] = (
+    UpstreamDisabled(),
+    DeviceRestriction(),
+    CudaOnlyApi(),
+    FeatureNeeds(),
+    DtypeSupport(),
+    OpSupport(),
+    OpSupported(),
+)
+
+
+def classify(test: InventoryTest, ctx: RuleContext, rules: tuple[Rule, ...] = DEFAULT_RULES) -> RuleDecision | None:
+    """The first rule's decision, or None when no rule decides (the agent's turn)."""
+    for rule in rules:
+        decision = rule.decide(test, ctx)
+        if decision is not None:
+            return decision
+    return None
