@@ -304,3 +304,20 @@ def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | No
     session.flush()
     log.info("[e: %s] re-run of %s requested through check run %s", new_id, job.repo, check_id)
     return dispatch
+
+
+def on_check_run(session: Session, delivery: Delivery, runtime: _Runtime) -> Dispatch | None:
+    """Intake's hook for ``check_run`` events: re-dispatch on ``rerequested`` / ``requested_action``.
+
+    Commits itself so the new dispatch is visible before a worker is woken for it.
+    """
+    if delivery is None or delivery.action not in ("rerequested", "requested_action"):
+        return None
+    dispatch = rerun_for_check(session, delivery, runtime)
+    if dispatch is None:
+        return None
+    session.commit()
+    tasks = getattr(runtime, "tasks", None)
+    if tasks is not None:
+        tasks.enqueue([dispatch.id])
+    return dispatch
