@@ -52,7 +52,7 @@ def install_gauges(runtime: Runtime) -> None:
         with runtime.sessions() as s:
             counts = dict(s.execute(select(Dispatch.state, func.count()).group_by(Dispatch.state)).all())
         for state in DISPATCH_STATES:
-            m.open_dispatches.labels(state).set(counts.get(state, 0))
+            m.dispatch_rows.labels(state).set(counts.get(state, 0))
 
     m.on_collect(collect)
 

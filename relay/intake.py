@@ -40,9 +40,9 @@ def sign(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
-def _answer(status: int, **body: Any) -> JSONResponse:
-    headers = {"Retry-After": "5"} if status == 503 else None
-    return JSONResponse(body, status_code=status, headers=headers)
+def _answer(code: int, **body: Any) -> JSONResponse:
+    headers = {"Retry-After": "5"} if code == 503 else None
+    return JSONResponse(body, status_code=code, headers=headers)
 
 
 class _TooLarge(Exception):
@@ -113,9 +113,13 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
             # the same delivery id raced in from a concurrent request: it is stored once
             metrics.deliveries.labels(event, "duplicate").inc()
             return _answer(200, status="duplicate", delivery_id=delivery_id)
-        if ids and runtime.tasks is not None:
-            runtime.tasks.enqueue(ids)
-        _after_store_hooks(runtime, delivery_id, event, info)
+        # stored: from here on nothing may turn the answer into an error
+        try:
+            if ids and runtime.tasks is not None:
+                runtime.tasks.enqueue(ids)
+            _after_store_hooks(runtime, delivery_id, event, info)
+        except Exception:
+            log.exception("post-store step failed; the sweeper will send the dispatches")
         if not rows:
             metrics.deliveries.labels(event, "ignored").inc()
             log.info("%s recorded as ignored: %s", event, reason)
@@ -188,3 +192,7 @@ async def webhook(request: Request) -> JSONResponse:
         log.error("storage unavailable, delivery %s refused: %s", delivery_id, type(exc).__name__)
         runtime.metrics.deliveries.labels(event, "storage_down").inc()
         return _answer(503, error="storage unavailable; GitHub can redeliver this delivery later")
+    except Exception:  # not stored and not the payload's fault: ask for a redelivery
+        log.exception("delivery %s could not be stored", delivery_id)
+        runtime.metrics.deliveries.labels(event, "storage_down").inc()
+        return _answer(503, error="the delivery could not be stored; redeliver it later")

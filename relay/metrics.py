@@ -30,7 +30,7 @@ class RelayMetrics:
                                           registry=r)
         self.callbacks = Counter("crcr_callbacks", "Callbacks received, by outcome", ["outcome"], registry=r)
         self.queue_depth = Gauge("crcr_queue_depth", "Tasks waiting in the queue", registry=r)
-        self.open_dispatches = Gauge("crcr_dispatches_open", "Dispatch rows by state", ["state"], registry=r)
+        self.dispatch_rows = Gauge("crcr_dispatch_rows", "Dispatch rows by state", ["state"], registry=r)
         self._collectors: list[Callable[[], None]] = []
 
     def on_collect(self, fn: Callable[[], None]) -> None:

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("crcr.cli.worker", "Run extra dispatch workers against the shared database and queue."),
     "db": ("crcr.cli.db", "Database migrations and retention (upgrade, prune)."),
     "dispatches": ("crcr.cli.dispatches", "Inspect and redeliver dispatches (list, show, redeliver)."),
+    "downstream": ("crcr.cli.downstream", "Consume one dispatch payload from stdin (what a local target runs)."),
     "run": ("crcr.cli.run", "Run upstream tests on cpu, cuda or snpu and write JUnit and results JSON."),
     "report": ("crcr.cli.report", "Post a job's results to the relay as CRCR callbacks and a results upload."),
     "select": ("crcr.cli.select", "Build, check, upgrade and refine per-backend test plans; pick tests for a PR."),

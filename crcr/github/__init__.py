@@ -2,7 +2,7 @@
 
     app = GitHubApp.from_settings(settings)
     gh = app.client_for_repo("org/repo")      # a configured ``github.Github``
-    gh.get_repo("org/repo", lazy=True).create_check_run(...)
+    gh.get_repo("org/repo").create_check_run(...)   # lazy: no GET /repos
 
 Clients are made with PyGithub's hidden retries and throttling turned off
 (``retry=None``, ``seconds_between_*=None``) and ``lazy=True``, so every HTTP request

@@ -79,11 +79,13 @@ def send_repository_dispatch(app: GitHubApp, repo: str, event_type: str, client_
     """POST /repos/{repo}/dispatches once; raise ``DispatchFailure`` on any failure."""
     try:
         gh = app.client_for_repo(repo)
-        ok = gh.get_repo(repo, lazy=True).create_repository_dispatch(event_type, client_payload)
+        # Repository.create_repository_dispatch returns only `status == 204` and hides the
+        # status and Retry-After we need, so call the same endpoint through PyGithub's
+        # requester, which raises GithubException (status, headers, body) on >= 400.
+        gh.requester.requestJsonAndCheck(
+            "POST", f"/repos/{repo}/dispatches", input={"event_type": event_type, "client_payload": client_payload})
     except Exception as exc:
         failure = classify(exc)
         if failure.status == 401:
             app.forget(repo)  # the next attempt mints a fresh token
         raise failure from exc
-    if not ok:
-        raise DispatchFailure("GitHub answered the dispatch without 204", True)

@@ -1,0 +1,43 @@
+"""``crcr serve``: the relay API with an in-process dispatch worker and the sweeper."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command(help="""Run the relay: POST /webhook, /callback, /results, /livez, /readyz, /metrics.
+
+The one-command embedded default: SQLite (WAL) and a SQLite queue in CRCR_DATA_DIR,
+an in-process worker that sends the dispatches, and the sweeper that re-enqueues
+dispatches whose worker died. Without CRCR_WEBHOOK_SECRET a random secret is
+generated into <data_dir>/webhook-secret on first start (printed below) and every
+webhook must be signed with it. The database is migrated on start.
+
+Every setting is a CRCR_* variable; see docs/configuration.md.""")
+def serve(
+    host: str = typer.Option(None, help="address to bind (default CRCR_HOST, 127.0.0.1)"),
+    port: int = typer.Option(None, help="port to bind (default CRCR_PORT, 8000; 0 picks a free one)"),
+    workers: int = typer.Option(None, help="in-process worker threads (default CRCR_WORKERS)"),
+    worker: bool = typer.Option(True, "--worker/--no-worker", help="run dispatch tasks in this process"),
+    sweeper: bool = typer.Option(True, "--sweeper/--no-sweeper",
+                                 help="re-enqueue dispatches left in flight (enable in one process only)"),
+) -> None:
+    import uvicorn
+
+    from crcr.logs import configure_logging
+    from crcr.settings import get_settings
+    from relay.app import create_app
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)
+    secret_path = application.state.webhook_secret_path
+    typer.echo(f"crcr relay: data in {settings.data_dir.resolve()}, database "
+               f"{'SQLite (WAL)' if not settings.database_url else 'from CRCR_DATABASE_URL'}, allowlist "
+               f"{settings.allowlist}", err=True)
+    if secret_path is not None:
+        typer.echo(f"webhook secret: generated in {secret_path} (set CRCR_WEBHOOK_SECRET to use your own)", err=True)
+    uvicorn.run(application, host=host or settings.host, port=settings.port if port is None else port,
+                log_level=settings.log_level.lower(), access_log=False)

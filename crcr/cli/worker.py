@@ -1,0 +1,46 @@
+"""``crcr worker``: a Huey consumer process running the relay's dispatch tasks."""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command(help="""Run dispatch workers against the shared database and queue.
+
+Start as many as you like, on any machine that reaches CRCR_DATABASE_URL and
+CRCR_QUEUE_URL (a redis:// queue for more than one machine). Rows in the database
+are the truth: a worker killed mid-attempt loses nothing, the sweeper (enable it
+in one process: `crcr serve` runs one, or pass --sweeper here) sends it again.
+SIGINT stops gracefully (running attempts finish); SIGTERM stops at once.""")
+def worker(
+    workers: int = typer.Option(4, "--workers", "-w", min=1, help="worker threads in this process"),
+    sweeper: bool = typer.Option(False, "--sweeper/--no-sweeper", help="also run the sweeper in this process"),
+    migrate: bool = typer.Option(True, "--migrate/--no-migrate", help="upgrade the database schema first"),
+) -> None:
+    from crcr.logs import configure_logging
+    from crcr.settings import get_settings
+    from crcr.store.migrate import upgrade
+    from relay.runtime import Runtime
+    from relay.worker import Sweeper, register_tasks
+
+    settings = get_settings()
+    configure_logging(settings.log_format, settings.log_level)
+    runtime = Runtime.from_settings(settings)
+    if migrate:
+        upgrade(runtime.engine)
+    register_tasks(runtime)
+    sweep = Sweeper(runtime) if sweeper else None
+    if sweep:
+        sweep.start()
+    huey = runtime.huey
+    consumer = huey.create_consumer(workers=workers, periodic=False, max_delay=0.5, initial_delay=0.05,
+                                    backoff=1.5, worker_type="thread")
+    typer.echo(f"crcr worker: {workers} thread(s) on queue {settings.queue_name!r}", err=True)
+    try:
+        consumer.run()
+    finally:
+        if sweep:
+            sweep.stop()
+        runtime.close()

@@ -1,0 +1,1 @@
+"""Test doubles that speak the real protocol over real HTTP (GitHub, ...)."""
