@@ -73,7 +73,7 @@ def create_check_run(
     if status == "completed":
         kwargs["conclusion"] = conclusion or "neutral"
     try:
-        run = gh.get_repo(repo, lazy=True).create_check_run(**kwargs)
+        run = gh.get_repo(repo).create_check_run(**kwargs)
     except (GithubException, requests.exceptions.RequestException) as exc:
         raise _wrap(exc) from exc
     return int(run.id)
@@ -96,6 +96,6 @@ def update_check_run(
     if status == "completed":
         kwargs["conclusion"] = conclusion or "neutral"
     try:
-        gh.get_repo(repo, lazy=True).get_check_run(int(check_run_id)).edit(**kwargs)
+        gh.get_repo(repo).get_check_run(int(check_run_id)).edit(**kwargs)
     except (GithubException, requests.exceptions.RequestException) as exc:
         raise _wrap(exc) from exc

@@ -19,7 +19,7 @@ def commit_exists(gh: Github, repo: str, sha: str) -> bool | None:
     if not _SHA.match(sha):
         return False
     try:
-        commit = gh.get_repo(repo, lazy=True).get_commit(sha)
+        commit = gh.get_repo(repo).get_commit(sha)
         return bool(commit.raw_data.get("sha"))  # raw_data forces the GET a lazy client defers
     except GithubException as exc:
         if exc.status in (404, 422):
