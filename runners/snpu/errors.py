@@ -1,0 +1,54 @@
+"""Errors the simulated NPU raises on purpose.
+
+    CrcrError
+    ├── SnpuUnsupportedOpError   (also NotImplementedError) an aten op with no snpu kernel
+    ├── SnpuDtypeError           (also TypeError) float64 / complex, which the machine lacks
+    ├── SnpuPlanError            (also RuntimeError) a tile plan that cannot fit the scratchpad
+    └── SnpuInstallError         registration failed (another PrivateUse1 backend, bad torch)
+
+Each inherits the builtin PyTorch tests expect (``NotImplementedError`` for a missing
+kernel, ``TypeError`` for a dtype, ``RuntimeError`` otherwise), so upstream tests and
+``pytest.raises`` see the usual classes while crcr's CLI prints them as crcr errors.
+"""
+
+from __future__ import annotations
+
+from crcr.errors import CrcrError
+
+CAPABILITY_FILE = "configs/backends/snpu.yaml"
+
+
+class SnpuUnsupportedOpError(CrcrError, NotImplementedError):
+    reference = "snpu-unsupported-op"
+
+    def __init__(self, op: str) -> None:
+        super().__init__(
+            f"aten op {op} is not implemented on the snpu device",
+            hint=f"see {CAPABILITY_FILE} for the ops snpu supports, or set CRCR_SNPU_FALLBACK=cpu to run it on the CPU",
+        )
+        self.op = op
+
+
+class SnpuDtypeError(CrcrError, TypeError):
+    reference = "snpu-unsupported-dtype"
+
+    def __init__(self, dtype: object, op: str) -> None:
+        super().__init__(
+            f"snpu has no {dtype} units ({op}); native dtypes are float32, float16 and bfloat16",
+            hint="use float32 (or float16/bfloat16); integers and bool are for indexing and masks only",
+        )
+        self.dtype = dtype
+        self.op = op
+
+
+class SnpuPlanError(CrcrError, RuntimeError):
+    reference = "snpu-plan-does-not-fit"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(
+            message, hint="split the work into smaller pieces or raise CRCR_SNPU_SCRATCHPAD_BYTES"
+        )
+
+
+class SnpuInstallError(CrcrError, RuntimeError):
+    reference = "snpu-install-failed"

@@ -1,0 +1,95 @@
+"""What every tiled kernel shares: loading a tile, running a plan, recording counters.
+
+``load(src, region)`` is the only way a kernel's tile sees device memory. Under
+``poison_outside_tiles()`` (a test and debugging aid) each load first replaces every
+element outside the tile's region with poison (NaN, or the dtype's minimum) so that a
+kernel reading outside its own sticks produces a different result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from runners.snpu import counters, machine
+from runners.snpu.planner import Plan
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def poison_outside_tiles() -> Iterator[None]:
+    """Within the block, every tile load poisons the memory outside its region."""
+    prev = getattr(_state, "poison", False)
+    _state.poison = True
+    try:
+        yield
+    finally:
+        _state.poison = prev
+
+
+def poisoning() -> bool:
+    return getattr(_state, "poison", False)
+
+
+def _poison_value(dtype: torch.dtype) -> float | int | bool:
+    if dtype.is_floating_point:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).min
+
+
+def load(src: torch.Tensor, region: tuple[slice, ...]) -> torch.Tensor:
+    """The tile's slice of ``src`` (a copy in scratchpad when poisoning)."""
+    if not poisoning():
+        return src[region]
+    poisoned = torch.full_like(src, _poison_value(src.dtype))
+    poisoned[region] = src[region]
+    # a kernel that indexes ``poisoned`` outside ``region`` reads poison
+    return poisoned[region].clone()
+
+
+def run(plan: Plan, op: str) -> None:
+    """Record an executed plan's counters."""
+    counters.record(plan.record(op))
+
+
+def record_simple(op: str, nbytes: int, sticks: int = 0, cycles: int | None = None) -> None:
+    """Counters of a data-movement op that runs as one DMA (views move nothing)."""
+    m = machine.current()
+    if cycles is None:
+        cycles = int(nbytes / m.memory_bytes_per_cycle) + (m.tile_overhead_cycles if nbytes else 0)
+    counters.record(
+        counters.OpRecord(
+            op=op,
+            cycles=cycles,
+            core_cycles=cycles,
+            bytes_moved=nbytes,
+            sticks=sticks or -(-nbytes // m.stick_bytes),
+            tiles=1 if nbytes else 0,
+            cores_used=1 if nbytes else 0,
+            tiles_per_core=1 if nbytes else 0,
+        )
+    )
+
+
+def to_meta(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        # CPU scalars stay as they are: meta kernels accept them and promotion needs them
+        return x if x.dim() == 0 and x.device.type == "cpu" else x.to("meta")
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_meta(v) for v in x)
+    return x
+
+
+def nbytes_of(x: Any) -> int:
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    if isinstance(x, (list, tuple)):
+        return sum(nbytes_of(v) for v in x)
+    return 0

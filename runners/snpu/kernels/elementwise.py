@@ -1,0 +1,239 @@
+"""Elementwise unary and binary ops, tiled over sticks, with broadcasting and promotion.
+
+The output is laid out flat in sticks; the planner splits the sticks across cores and
+into scratchpad-sized steps. Each tile loads the same flat range of every (broadcast)
+operand, computes with the CPU op of the same name on that slice, and stores its range
+of the output. Type promotion and broadcasting are PyTorch's own: the output's shape
+and dtype come from running the op on meta tensors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runners.snpu import machine
+from runners.snpu.dispatch import register
+from runners.snpu.kernels.common import load, run, to_meta
+from runners.snpu.planner import plan_elementwise
+
+# vector-unit passes per output stick: arithmetic is one pass, the special-function
+# unit needs a few for transcendental functions
+SIMPLE = (
+    "add.Tensor",
+    "add.Scalar",
+    "sub.Tensor",
+    "sub.Scalar",
+    "rsub.Tensor",
+    "rsub.Scalar",
+    "mul.Tensor",
+    "mul.Scalar",
+    "div.Tensor",
+    "div.Scalar",
+    "div.Tensor_mode",
+    "div.Scalar_mode",
+    "neg",
+    "abs",
+    "sign",
+    "sgn",
+    "signbit",
+    "floor",
+    "ceil",
+    "round",
+    "round.decimals",
+    "trunc",
+    "frac",
+    "clamp",
+    "clamp.Tensor",
+    "clamp_min",
+    "clamp_max",
+    "clamp_min.Tensor",
+    "clamp_max.Tensor",
+    "maximum",
+    "minimum",
+    "fmax",
+    "fmin",
+    "eq.Tensor",
+    "eq.Scalar",
+    "ne.Tensor",
+    "ne.Scalar",
+    "lt.Tensor",
+    "lt.Scalar",
+    "le.Tensor",
+    "le.Scalar",
+    "gt.Tensor",
+    "gt.Scalar",
+    "ge.Tensor",
+    "ge.Scalar",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and.Tensor",
+    "bitwise_or.Tensor",
+    "bitwise_xor.Tensor",
+    "bitwise_not",
+    "where.self",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "isposinf",
+    "isneginf",
+    "nan_to_num",
+    "reciprocal",
+    "square",
+    "remainder.Tensor",
+    "remainder.Scalar",
+    "fmod.Tensor",
+    "fmod.Scalar",
+    "lerp.Scalar",
+    "lerp.Tensor",
+    "addcmul",
+    "addcdiv",
+    "copysign.Tensor",
+    "heaviside",
+    "floor_divide",
+    "true_divide.Tensor",
+    "xlogy.Tensor",
+    "hypot",
+    "positive",
+    "deg2rad",
+    "rad2deg",
+    "logical_not",
+    "masked_fill.Scalar",
+    "masked_fill.Tensor",
+    "threshold",
+    "threshold_backward",
+    "hardtanh_backward",
+    "relu",
+    "_conj_physical",
+    "conj_physical",
+)
+
+TRANSCENDENTAL = (
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "sigmoid",
+    "erf",
+    "erfc",
+    "erfinv",
+    "pow.Tensor_Tensor",
+    "pow.Tensor_Scalar",
+    "pow.Scalar",
+    "float_power.Tensor_Tensor",
+    "logit",
+    "sinc",
+    "logaddexp",
+    "logaddexp2",
+    "tanh_backward",
+    "sigmoid_backward",
+    "logit_backward",
+    "lgamma",
+    "digamma",
+    "i0",
+    "special_i0e",
+    "special_i1",
+    "special_i1e",
+    "special_ndtr",
+    "special_ndtri",
+    "special_log_ndtr",
+    "special_erfcx",
+    "special_entr",
+    "special_xlog1py",
+    "xlogy.Scalar_Self",
+    "xlogy.Scalar_Other",
+    "nextafter",
+    "ldexp.Tensor",
+)
+
+
+def _inplace_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    out = []
+    for n in names:
+        packet, _, overload = n.partition(".")
+        if packet.endswith("_backward") or (
+            packet in ("where", "masked_fill", "xlogy") and overload.startswith("Scalar_")
+        ):
+            continue
+        out.append(f"{packet}_.{overload}" if overload else f"{packet}_")
+    return tuple(out)
+
+
+def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes: int = 1) -> Any:
+    """Run an elementwise op tile by tile over the flat output."""
+    m = machine.current()
+    meta_out = func(*to_meta(args), **to_meta(kwargs))
+    mutates = func._schema.is_mutable
+    target = args[0] if mutates else None
+    shape = meta_out.shape
+    numel = meta_out.numel()
+    tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() > 0]
+    tensor_kw = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    in_dtypes = tuple(args[i].dtype for i in tensor_pos) + tuple(kwargs[k].dtype for k in tensor_kw)
+    plan = plan_elementwise(numel, in_dtypes, meta_out.dtype, m, passes)
+    if numel == 0 or not (tensor_pos or tensor_kw):
+        out = func(*args, **kwargs)
+        run(plan, func.name())
+        return out
+
+    def flat(t: torch.Tensor) -> torch.Tensor:
+        return t.expand(shape).reshape(-1)
+
+    flat_args = list(args)
+    for i in tensor_pos:
+        flat_args[i] = flat(args[i])
+    flat_kwargs = dict(kwargs)
+    for k in tensor_kw:
+        flat_kwargs[k] = flat(kwargs[k])
+    # an in-place op computes into a contiguous copy of its target when it must
+    out = flat_args[0] if mutates else torch.empty(numel, dtype=meta_out.dtype)
+    tile_args = list(flat_args)
+    tile_kwargs = dict(flat_kwargs)
+    for tile in plan.tiles:
+        a, b = tile.ranges[0]
+        region = (slice(a, b),)
+        for i in tensor_pos:
+            tile_args[i] = load(flat_args[i], region)
+        for k in tensor_kw:
+            tile_kwargs[k] = load(flat_kwargs[k], region)
+        res = func(*tile_args, **tile_kwargs)
+        out[a:b] = res
+    run(plan, func.name())
+    if mutates:
+        if out.data_ptr() != target.data_ptr() or not target.is_contiguous():
+            target.copy_(out.view(shape))
+        return target
+    return out.view(shape)
+
+
+def _simple(func: Any, args: tuple, kwargs: dict) -> Any:
+    return elementwise(func, args, kwargs, passes=1)
+
+
+def _transcendental(func: Any, args: tuple, kwargs: dict) -> Any:
+    return elementwise(func, args, kwargs, passes=4)
+
+
+register(*SIMPLE, *_inplace_names(SIMPLE), category="elementwise")(_simple)
+register(*TRANSCENDENTAL, *_inplace_names(TRANSCENDENTAL), category="elementwise")(_transcendental)

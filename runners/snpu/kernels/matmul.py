@@ -1,0 +1,103 @@
+"""Matrix products (mm, bmm, addmm, baddbmm, mv, dot) on the modelled systolic arrays.
+
+The planner splits batch, M and N across cores (K only last), and each core walks its
+(M, N) block in sub-tiles, accumulating over K steps in an fp32 accumulator, as the
+arrays do. Each tile loads only its A rows x K range and its K range x B columns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runners.snpu import machine
+from runners.snpu.dispatch import register
+from runners.snpu.kernels.common import load, run
+from runners.snpu.planner import plan_matmul
+
+
+def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tensor:
+    """(B, M, K) @ (B, K, N) tile by tile; returns (B, M, N) in the inputs' dtype."""
+    m = machine.current()
+    batch, mm, k = a.shape
+    n = b.shape[2]
+    out_dtype = torch.promote_types(a.dtype, b.dtype)
+    acc_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    plan = plan_matmul(batch, mm, n, k, out_dtype, m)
+    acc = torch.zeros(batch, mm, n, dtype=acc_dtype)
+    if batch and mm and n and k:
+        done: set[tuple] = set()
+        for tile in plan.tiles:
+            (b0, b1), (m0, m1), (n0, n1), (k0, k1) = tile.ranges
+            key = (tile.ranges,)
+            if key in done:  # one Tile per batch element shares its ranges: run once
+                continue
+            done.add(key)
+            at = load(a, (slice(b0, b1), slice(m0, m1), slice(k0, k1))).to(acc_dtype)
+            bt = load(b, (slice(b0, b1), slice(k0, k1), slice(n0, n1))).to(acc_dtype)
+            acc[b0:b1, m0:m1, n0:n1] += torch.bmm(at, bt)
+    run(plan, op)
+    return acc.to(out_dtype)
+
+
+def _check_matmul_dtypes(a: torch.Tensor, b: torch.Tensor, op: str) -> None:
+    if a.dtype != b.dtype:
+        raise RuntimeError(
+            f"{op}: expected both operands to have the same dtype, got {a.dtype} and {b.dtype}"
+        )
+
+
+@register("mm", category="matmul")
+def mm(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, b = args[0], args[1]
+    func(a.to("meta"), b.to("meta"))  # PyTorch's own shape and dtype checks
+    return batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name())[0]
+
+
+@register("bmm", category="matmul")
+def bmm(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, b = args[0], args[1]
+    func(a.to("meta"), b.to("meta"))
+    return batched_matmul(a, b, func.name())
+
+
+@register("addmm", category="matmul")
+def addmm(func: Any, args: tuple, kwargs: dict) -> Any:
+    bias, a, b = args[0], args[1], args[2]
+    beta = kwargs.get("beta", 1)
+    alpha = kwargs.get("alpha", 1)
+    meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
+    prod = batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name())[0]
+    # the bias is added by the vector unit as the accumulator drains
+    out = prod * alpha if alpha != 1 else prod
+    if beta != 0:
+        out = out + (bias * beta if beta != 1 else bias)
+    return out.to(meta.dtype).expand(meta.shape).contiguous()
+
+
+@register("baddbmm", category="matmul")
+def baddbmm(func: Any, args: tuple, kwargs: dict) -> Any:
+    bias, a, b = args[0], args[1], args[2]
+    beta = kwargs.get("beta", 1)
+    alpha = kwargs.get("alpha", 1)
+    meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
+    prod = batched_matmul(a, b, func.name())
+    out = prod * alpha if alpha != 1 else prod
+    if beta != 0:
+        out = out + (bias * beta if beta != 1 else bias)
+    return out.to(meta.dtype).expand(meta.shape).contiguous()
+
+
+@register("mv", category="matmul")
+def mv(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, v = args[0], args[1]
+    func(a.to("meta"), v.to("meta"))
+    return batched_matmul(a.unsqueeze(0), v.reshape(1, -1, 1), func.name())[0, :, 0]
+
+
+@register("dot", "vdot", category="matmul")
+def dot(func: Any, args: tuple, kwargs: dict) -> Any:
+    a, v = args[0], args[1]
+    func(a.to("meta"), v.to("meta"))
+    return batched_matmul(a.reshape(1, 1, -1), v.reshape(1, -1, 1), func.name()).reshape(())

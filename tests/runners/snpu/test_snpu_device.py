@@ -1,0 +1,126 @@
+"""The snpu device as a user sees it: factories, transfers, printing, refusals, fallback."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+import runners.snpu
+from runners.snpu.errors import SnpuDtypeError, SnpuUnsupportedOpError
+
+
+def test_install_is_idempotent_and_device_exists() -> None:
+    runners.snpu.install()
+    runners.snpu.install()
+    assert runners.snpu.is_installed()
+    x = torch.ones(2, device="snpu")
+    assert x.device == torch.device("snpu", 0)
+    assert torch.snpu.is_available() and torch.snpu.device_count() == 1
+
+
+def test_round_trip_to_and_from_cpu_keeps_values() -> None:
+    cpu = torch.randn(5, 7)
+    dev = cpu.to("snpu")
+    assert dev.device.type == "snpu"
+    back = dev.cpu()
+    assert type(back) is torch.Tensor and back.device.type == "cpu"
+    assert torch.equal(back, cpu)
+
+
+def test_factories_make_the_requested_shapes() -> None:
+    assert torch.arange(6, device="snpu").cpu().tolist() == list(range(6))
+    assert torch.zeros(2, 3, device="snpu").shape == (2, 3)
+    assert torch.full((4,), 2.5, device="snpu").cpu().tolist() == [2.5] * 4
+    assert torch.eye(3, device="snpu").cpu().trace().item() == 3.0
+    assert torch.empty(0, device="snpu").numel() == 0
+
+
+def test_printing_names_the_device() -> None:
+    text = repr(torch.tensor([1.0, 2.0]).to("snpu"))
+    assert "device='snpu:0'" in text and "1." in text
+    half = repr(torch.ones(2, dtype=torch.float16, device="snpu"))
+    assert "dtype=torch.float16" in half and "snpu:0" in half
+
+
+def test_assert_close_works_on_device_tensors() -> None:
+    a = torch.randn(3, 3, device="snpu")
+    torch.testing.assert_close(a, a.clone())
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(a, a + 1)
+
+
+def test_binary_ops_broadcast_and_promote_like_cpu() -> None:
+    a = torch.randn(4, 1, 3)
+    b = torch.randint(0, 5, (5, 1))
+    got = (a.to("snpu") * b.to("snpu")).cpu()
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, a * b)
+    h = torch.randn(8, dtype=torch.float16)
+    assert (h.to("snpu") + 2.5).dtype == torch.float16
+
+
+def test_in_place_op_through_a_view_reaches_the_base() -> None:
+    x = torch.zeros(4, 4, device="snpu")
+    x[1].add_(3)
+    x[:, 2].fill_(7)
+    expected = torch.zeros(4, 4)
+    expected[1].add_(3)
+    expected[:, 2].fill_(7)
+    assert torch.equal(x.cpu(), expected)
+
+
+def test_float64_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(SnpuDtypeError, match="float64"):
+        torch.ones(2, dtype=torch.float64, device="snpu")
+    with pytest.raises(TypeError, match="no torch.float64 units"):
+        torch.ones(2).double().to("snpu")
+    with pytest.raises(TypeError):
+        torch.ones(2, device="snpu").to(torch.complex64)
+
+
+def test_unsupported_op_names_op_device_and_capability_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CRCR_SNPU_FALLBACK", raising=False)
+    x = torch.randn(3, 3, device="snpu")
+    with pytest.raises(NotImplementedError) as info:
+        torch.linalg.inv(x)
+    msg = str(info.value)
+    assert "aten::linalg_inv_ex" in msg and "snpu" in msg and "configs/backends/snpu.yaml" in msg
+    assert isinstance(info.value, SnpuUnsupportedOpError)
+
+
+def test_cpu_fallback_is_logged_and_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CRCR_SNPU_FALLBACK", "cpu")
+    a = torch.randn(3, 3) + 3 * torch.eye(3)
+    before = runners.snpu.fallback_counts().get("aten::linalg_inv_ex", 0)
+    with caplog.at_level(logging.DEBUG, logger="runners.snpu"), runners.snpu.profile() as prof:
+        inv = torch.linalg.inv(a.to("snpu"))
+    assert inv.device.type == "snpu"
+    torch.testing.assert_close(inv.cpu(), torch.linalg.inv(a))
+    assert runners.snpu.fallback_counts()["aten::linalg_inv_ex"] == before + 1
+    assert prof.totals()["fallbacks"] >= 1
+    assert any("linalg_inv_ex" in r.getMessage() for r in caplog.records)
+
+
+def test_mixing_devices_is_refused_like_cuda() -> None:
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ones(3, device="snpu") + torch.ones(3)
+    # a CPU scalar tensor is fine, as on CUDA
+    assert (torch.ones(3, device="snpu") + torch.tensor(2.0)).cpu().tolist() == [3.0] * 3
+
+
+def test_out_variant_resizes_the_device_tensor() -> None:
+    out = torch.empty(0, device="snpu")
+    torch.arange(4, out=out)
+    assert out.shape == (4,)
+
+
+def test_synchronize_contract() -> None:
+    # PyTorch 2.13's Python device guard cannot synchronize: torch.accelerator refuses,
+    # torch.snpu.synchronize() works (kernels run synchronously). See docs/snpu.md.
+    torch.snpu.synchronize()
+    with pytest.raises(RuntimeError, match="synchroniz"):
+        torch.accelerator.synchronize()
