@@ -178,7 +178,7 @@ async def webhook(request: Request) -> JSONResponse:
     delivery_id = request.headers.get("x-github-delivery", "")
     if not EVENT_RE.match(event):
         return _answer(400, error="missing or malformed X-GitHub-Event")
-    if not DELIVERY_RE.match(delivery_id):
+    if not DELIVERY_RE.match(delivery_id) or ".." in delivery_id or delivery_id.startswith("/"):
         return _answer(400, error="missing or malformed X-GitHub-Delivery")
     try:
         payload = json.loads(body)
