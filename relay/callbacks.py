@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
 from crcr.contracts.callback import CallbackBody
+from crcr.errors import ConfigError
 from crcr.store.jobs import CallbackLog
 from relay import checks, jobs, ratelimit
 from relay.oidc import AuthError, Identity, OidcVerifier
@@ -127,8 +128,13 @@ def _commit_lookup(runtime: Any):
         from crcr.github.commits import commit_exists
 
         try:
-            gh = runtime.github().client_for_repo(runtime.settings.upstream_repo)
-        except Exception as exc:  # no App configured or GitHub unreachable: cannot say
+            app = runtime.github()
+        except ConfigError as exc:  # never answerable here: a 4xx, not a retry-later
+            raise jobs.CallbackRejected(
+                409, f"cannot verify commit {sha}: this relay has no GitHub App configured") from exc
+        try:
+            gh = app.client_for_repo(runtime.settings.upstream_repo)
+        except Exception as exc:  # GitHub unreachable or the installation lookup failed: ask again later
             log.warning("cannot ask GitHub about %s: %s", sha, exc)
             return None
         return commit_exists(gh, runtime.settings.upstream_repo, sha)

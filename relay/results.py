@@ -8,7 +8,8 @@ must already be known (an ``in_progress`` callback came first), else 409.
 The body may be gzip (``Content-Encoding: gzip``). Both the bytes on the wire and the
 decompressed JSON are capped at ``max_results_bytes``; past the cap the answer is 413
 at once, without reading or inflating the rest (a gzip bomb costs at most the cap).
-Uploads are stored gzip-compressed and linked to the job.
+Uploads are stored (as validated, with secrets scrubbed from excerpts) gzip-compressed
+and linked to the job.
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def _store(runtime: Any, ident: Identity, params: dict[str, str], raw: bytes) ->
             upstream_sha=(results.run.upstream_sha or None) and results.run.upstream_sha[:64],
             shard=(results.run.shard or None) and results.run.shard[:20],
             counts=results.counts(), size_bytes=len(raw),
-            body_gz=gzip.compress(raw, compresslevel=6, mtime=0),
+            # the validated model, not the raw bytes: message excerpts come back scrubbed of secrets
+            body_gz=gzip.compress(results.model_dump_json(exclude_none=True).encode(), compresslevel=6, mtime=0),
         )
         session.add(upload)
         session.flush()
