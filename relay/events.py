@@ -109,6 +109,8 @@ class Route:
 
 def route(info: EventInfo, allow: Allowlist, *, upstream_repo: str) -> Route:
     """Which targets get a dispatch row for this event (or why none)."""
+    if info.event not in ("pull_request", "push"):
+        return Route([], f"event {info.event!r} is not dispatched")
     if info.repo is not None and info.repo.lower() != upstream_repo.lower():
         return Route([], f"event from {info.repo}, not from the upstream repository {upstream_repo}")
     if info.repo is None:
@@ -127,10 +129,8 @@ def route(info: EventInfo, allow: Allowlist, *, upstream_repo: str) -> Route:
             candidates = list(allow)
         else:
             return Route([], f"pull_request action {info.action!r} is not forwarded")
-    elif info.event == "push":
+    else:  # push
         candidates = list(allow)
-    else:
-        return Route([], f"event {info.event!r} is not dispatched")
     chosen = [t for t in candidates if t.wants_event(info.event, info.action) and t.wants_paths(info.changed_paths)]
     skipped: list[str] = []
     if info.event == "pull_request" and (info.author_association or "").upper() in allow.untrusted_associations:

@@ -107,6 +107,8 @@ class FakeGitHub:
         self.default_installation = default_installation
         self.token_ttl_s = token_ttl_s
         self.latency_s = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests being served at once (shows parallel fan-out)
         self.state = _State()
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
@@ -392,6 +394,15 @@ class _Handler(BaseHTTPRequestHandler):
         rec = Recorded(self.command, path, headers, body, time.time())
         with fake._lock:
             fake.requests.append(rec)
+            fake.in_flight += 1
+            fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
+        try:
+            self._answer(fake, rec, path, headers, body)
+        finally:
+            with fake._lock:
+                fake.in_flight -= 1
+
+    def _answer(self, fake: FakeGitHub, rec: Recorded, path: str, headers: dict[str, str], body: Any) -> None:
         if fake.latency_s:
             time.sleep(fake.latency_s)
         fault = fake._take_fault(self.command, path)
