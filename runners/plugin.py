@@ -60,6 +60,10 @@ class CrcrPlugin:
         devices.prepare_in_child(self.cfg.device)
         self._counters = devices.counters_for(self.cfg.device)
 
+    def pytest_collectstart(self, collector: pytest.Collector) -> None:
+        if isinstance(collector, pytest.Module):
+            _reset_privateuse1_naming()
+
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # an upstream file that fails to import is one error for that file, not a dead run
         if report.failed:
@@ -175,6 +179,23 @@ class _nullcontext:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _reset_privateuse1_naming() -> None:
+    """Keep ``PRIVATEUSE1`` in class names for every file, as upstream CI collects them.
+
+    torch's PrivateUse1TestBase renames its ``device_type`` to the backend's name
+    (``snpu``) once a device class is set up, so in one process the second file would be
+    named ``TestCommonSNPU`` while upstream, which runs each file in its own process,
+    always says ``TestCommonPRIVATEUSE1``. Resetting it before each module is imported
+    keeps ids the same however files are grouped.
+    """
+    import sys
+
+    module = sys.modules.get("torch.testing._internal.common_device_type")
+    base = getattr(module, "PrivateUse1TestBase", None) if module is not None else None
+    if base is not None and base.__dict__.get("device_type") != "privateuse1":
+        base.device_type = "privateuse1"
 
 
 def _apply_decision(item: pytest.Item, mode: str, reason: str, source: str) -> None:
