@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.inventory import Inventory, InventoryTest
-from crcr.contracts.plan import PlanEntry, PlanFile, Upstream, plan_path_for
+from crcr.contracts.plan import SOURCE_RANK, is_pattern, plan_path_for
 from crcr.fileio import atomic_write_text
 from selector.agent.base import Agent, Usage
 from selector.agent.tools import Tools
@@ -32,7 +33,7 @@ from selector.planfiles import merge_plan_text
 from selector.rules import DEFAULT_RULES, RULES_VERSION, RuleContext, classify
 
 CACHE_VERSION = "1"
-MIN_GROUP = 3
+MIN_GROUP = 2
 RULE_ORDER = {rule.name: i for i, rule in enumerate(DEFAULT_RULES)}
 
 
@@ -188,22 +189,89 @@ def build_entries(tests: list[InventoryTest], decided: dict[str, Decided], backe
     return entries + _exceptions(entries, tests, decided, backend, upstream_file)
 
 
+def _literal_runs(pattern: str) -> list[str]:
+    """Literal stretches every match must contain (outside groups, escapes undone).
+
+    Conservative: anything inside a group, a class, or before a quantifier is dropped,
+    and a top-level alternation gives no runs at all (every id is then a candidate).
+    """
+    runs, cur, depth, i = [], "", 0, 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if depth == 0 and not nxt.isalnum():
+                cur += nxt
+            else:
+                runs.append(cur)
+                cur = ""
+            i += 2
+            continue
+        if c == "|" and depth == 0:
+            return []
+        if c in "([":
+            depth += 1
+        if c in ".*+?()[]{}|^$" or depth:
+            if c in "*?{" and cur:
+                cur = cur[:-1]  # the quantified character is optional
+            runs.append(cur)
+            cur = ""
+        else:
+            cur += c
+        if c in ")]":
+            depth = max(0, depth - 1)
+        i += 1
+    runs.append(cur)
+    return [r for r in runs if r]
+
+
+def _bounded_tokens(run: str) -> list[str]:
+    """Tokens of a literal run that are whole tokens of any id it occurs in (bounded by _ or ::)."""
+    parts = re.split(r"_|::", run)
+    return [p for j, p in enumerate(parts) if p and 0 < j < len(parts) - 1]
+
+
 def _exceptions(entries: list[dict[str, Any]], tests: list[InventoryTest], decided: dict[str, Decided],
                 backend: str, upstream_file: str) -> list[dict[str, Any]]:
-    """Exact entries for tests a pattern would resolve differently from their decision."""
-    models = [PlanEntry.model_validate(e) for e in entries]
-    if not any(m.regex is not None for m in models):
-        return []
-    pf = PlanFile(backend=backend, upstream=Upstream(file=upstream_file), tests=models)
+    """Exact entries for tests a pattern would resolve differently from their decision.
+
+    Same precedence as ``PlanFile.resolve`` (source rank, exact over pattern, later wins),
+    with an inverted index of id tokens so each pattern is tried only on ids that can match.
+    """
+    rels = [t.relative_id for t in tests]
+    index: dict[str, set[int]] = defaultdict(set)
+    for n, rel in enumerate(rels):
+        for tok in re.split(r"_|::", rel):
+            index[tok].add(n)
+    exact: dict[str, tuple[int, int, int]] = {}
+    matches: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for i, e in enumerate(entries):
+        rank = SOURCE_RANK[e["source"]]
+        if not is_pattern(e["id"]):
+            exact[e["id"]] = (rank, 1, i)
+            continue
+        rx = re.compile(e["id"])
+        runs = _literal_runs(e["id"])
+        tokens = [tok for run in runs for tok in _bounded_tokens(run)]
+        candidates = set.intersection(*(index.get(tok, set()) for tok in tokens)) if tokens else range(len(rels))
+        for n in candidates:
+            rel = rels[n]
+            if all(run in rel for run in runs) and rx.fullmatch(rel):
+                matches[n].append((rank, 0, i))
     extra = []
-    for t in sorted(tests, key=lambda t: t.id):
+    for n, t in enumerate(tests):
         d = decided.get(t.id)
         if d is None:
             continue
-        got = pf.resolve(t.relative_id)
-        if got.mode != d.mode or got.reason != d.reason:
-            extra.append(_entry(t.relative_id, d))
-    return extra
+        keys = list(matches.get(n, []))
+        if rels[n] in exact:
+            keys.append(exact[rels[n]])
+        if keys:
+            winner = entries[max(keys)[2]]
+            if winner["mode"] == d.mode and winner["reason"] == d.reason:
+                continue
+        extra.append(_entry(rels[n], d))
+    return sorted(extra, key=lambda e: e["id"])
 
 
 def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backend: str,
@@ -231,7 +299,7 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
             continue
         entries = build_entries(tests, decided, backend, file)
         report.entries += len(entries)
-        report.pattern_entries += sum(1 for e in entries if PlanEntry.model_validate(e).regex is not None)
+        report.pattern_entries += sum(1 for e in entries if is_pattern(e["id"]))
         text = merge_plan_text(existing.decode("utf-8") if existing is not None else None, header, entries, str(path))
         data = text.encode("utf-8")
         if data != existing:
@@ -244,6 +312,39 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
         if progress:
             progress(1)
     return report
+
+
+def _state_path(data_dir: Path, backend: str, out_dir: Path) -> Path:
+    return data_dir / "selector" / f"plan-state-{backend}-{digest(str(out_dir.resolve()))}.json"
+
+
+def _files_digest(out_dir: Path) -> str:
+    h = hashlib.sha256()
+    if out_dir.is_dir():
+        for p in sorted(out_dir.rglob("*.yaml")):
+            h.update(str(p.relative_to(out_dir)).encode())
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def up_to_date(inventory_digest: str, context: str, backend: str, out_dir: Path, data_dir: Path) -> bool:
+    """True when the last plan used this very inventory and context and its files are untouched.
+
+    The check reads only digests (no inventory parsing, no classification), which is what
+    makes re-planning an unchanged inventory cheap.
+    """
+    state = _state_path(data_dir, backend, out_dir)
+    try:
+        data = json.loads(state.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    return (data.get("inventory") == inventory_digest and data.get("context") == context
+            and data.get("files") == _files_digest(out_dir))
+
+
+def record_state(inventory_digest: str, context: str, backend: str, out_dir: Path, data_dir: Path) -> None:
+    atomic_write_text(_state_path(data_dir, backend, out_dir), json.dumps(
+        {"inventory": inventory_digest, "context": context, "files": _files_digest(out_dir)}, sort_keys=True))
 
 
 def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities, disabled: DisabledTests | None,

@@ -157,8 +157,12 @@ def _load(text: str, where: str) -> CommentedMap:
 
 
 def merge_plan_text(existing: str | None, header: dict[str, Any], entries: list[dict[str, Any]],
-                    where: str = "<plan>") -> str:
-    """The plan file text: ``existing`` with its bot entries replaced by ``entries``."""
+                    where: str = "<plan>", *, owned: frozenset[str] = BOT_SOURCES, delete_missing: bool = True) -> str:
+    """The plan file text: ``existing`` with its entries of the ``owned`` sources replaced by ``entries``.
+
+    ``crcr select plan`` owns ``rules`` and ``agent`` entries and deletes the stale ones;
+    ``crcr select refine`` owns ``logs`` entries and only updates or adds.
+    """
     if existing is None:
         doc = _header_map(header)
     else:
@@ -175,13 +179,13 @@ def merge_plan_text(existing: str | None, header: dict[str, Any], entries: list[
     placed: set[str] = set()
     doomed: list[int] = []
     for i, item in enumerate(seq):
-        if not isinstance(item, CommentedMap) or item.get("source", "rules") not in BOT_SOURCES:
+        if not isinstance(item, CommentedMap) or item.get("source", "rules") not in owned:
             continue
         entry_id = item.get("id")
         if entry_id in wanted and entry_id not in placed:
             _update_in_place(item, wanted[entry_id])
             placed.add(entry_id)
-        else:
+        elif delete_missing:
             doomed.append(i)
     if doomed:
         _delete_items(doc, seq, doomed)

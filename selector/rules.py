@@ -139,7 +139,8 @@ class DtypeSupport(Rule):
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
         if not test.dtype or not ctx.caps.dtypes:
             return None
-        missing = [d for d in test.dtype.split("_") if _is_dtype(d) and d not in ctx.caps.dtypes]
+        parts = [test.dtype] if _is_dtype(test.dtype) else test.dtype.split("_")
+        missing = [d for d in parts if _is_dtype(d) and d not in ctx.caps.dtypes]
         if not missing:
             return None
         d = missing[0]
@@ -179,13 +180,13 @@ class OpSupported(Rule):
 
 
 def _op_pattern(test: InventoryTest) -> str | None:
-    if not (test.template and test.device and test.op):
+    if not (test.device and test.op):
         return None
-    # The op's formatted name sits between the template and the device in the method name.
-    m = re.match(rf"^{re.escape(test.template)}(_.*?)?_(.+?)_{re.escape(test.device)}(_|$)", test.method)
-    if not m:
+    # OpInfo's formatted name (dots as underscores) sits right before the device in the method name.
+    token = f"_{test.op.replace('.', '_')}_{test.device}"
+    if token not in f"_{test.method}":
         return None
-    return f"{_cls_prefix(test)}.*_{re.escape(m.group(2))}_{re.escape(test.device)}(_.*)?"
+    return f"{_cls_prefix(test)}.*{re.escape(token)}(_.*)?"
 
 
 DEFAULT_RULES: tuple[Rule, ...] = (

@@ -1,0 +1,478 @@
+"""``crcr select``: inventories, per-backend plans, upgrades, refinement, review tools, picks.
+
+Thin typer layer: parses options, shows progress, prints results. The work is in
+``selector/`` (inventory, rules, agent, planfiles, upgrade, refine, check, diff, pick).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from crcr.errors import InputError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help=(
+        "Build, check, upgrade and refine per-backend test plans; pick tests for a PR.\n\n"
+        "A plan is one YAML file per upstream test file under configs/selections/<backend>/, each test with a "
+        "mode (run, skip, xfail, xfail_strict), a reason and its source (rules, agent, logs, reviewer). "
+        "See docs/selector.md."
+    ),
+)
+
+Backend = Annotated[str, typer.Option("--backend", "-b", help="backend name, e.g. snpu")]
+PlanDir = Annotated[Path | None, typer.Option("--plan", help="plan directory (default configs/selections/<backend>)")]
+
+
+def _settings() -> Any:
+    from crcr.settings import get_settings
+
+    return get_settings()
+
+
+def _plan_dir(plan: Path | None, backend: str | None) -> Path:
+    if plan is not None:
+        return plan
+    if not backend:
+        raise InputError("no plan directory given", hint="pass --plan DIR or --backend NAME")
+    return Path("configs/selections") / backend
+
+
+def _progress() -> Any:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), transient=True, disable=not sys.stderr.isatty())
+
+
+def _load_inventory_arg(path: Path) -> Any:
+    """An inventory JSON, or a torch install / wheel read statically at OpInfo level."""
+    from crcr.contracts.inventory import load_inventory
+
+    if path.suffix == ".whl" or path.is_dir():
+        from selector.inventory.opinfo import opinfo_inventory
+        from selector.inventory.sources import TorchSources
+
+        return opinfo_inventory(TorchSources(path))
+    if str(path) == "installed":
+        from selector.inventory.opinfo import opinfo_inventory
+        from selector.inventory.sources import TorchSources, installed_torch_dir
+
+        return opinfo_inventory(TorchSources(installed_torch_dir()))
+    return load_inventory(path)
+
+
+@app.command("inventory", help=(
+    "Write an inventory of upstream tests (JSON, crcr.contracts.inventory).\n\n"
+    "Sources: --embedded (default; the runners' embedded op suite through `crcr run --collect-only`), "
+    "--pytorch-src PATH (static AST of test/**/test_*.py; @ops expanded against the installed torch's op_db; "
+    "no upstream code runs), --test-times (file level, from PyTorch's test-times.json), or --opinfo "
+    "(one entry per OpInfo of a torch install or wheel, read statically: --torch PATH|installed)."
+))
+def inventory_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="inventory JSON to write")],
+    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch source checkout to parse statically")] = None,
+    test_times: Annotated[bool, typer.Option("--test-times", help="file-level inventory from test-times.json")] = False,
+    opinfo: Annotated[bool, typer.Option("--opinfo", help="OpInfo-level inventory of a torch install or wheel")] = False,
+    torch: Annotated[str, typer.Option("--torch", help="with --opinfo: 'installed', a torch directory or a .whl")] = "installed",
+    device: Annotated[str, typer.Option(help="device name in test ids (renamed PrivateUse1)")] = "snpu",
+    file: Annotated[list[str] | None, typer.Option("--file", help="embedded: only this upstream file (repeatable)")] = None,
+    keyword: Annotated[str | None, typer.Option("-k", help="embedded: pytest -k slice")] = None,
+) -> None:
+    if sum([pytorch_src is not None, test_times, opinfo]) > 1:
+        raise InputError("choose one source: --pytorch-src, --test-times, --opinfo or the embedded default")
+    if pytorch_src is not None:
+        from selector.inventory.opdb import load_opdb
+        from selector.inventory.opinfo import scan
+        from selector.inventory.sources import TorchSources, installed_torch_dir
+        from selector.inventory.static_ast import Naming, scan_checkout
+
+        if not (pytorch_src / "test").is_dir():
+            raise InputError(f"{pytorch_src} has no test/ folder", hint="pass the root of a PyTorch checkout")
+        opdb = load_opdb(_settings().data_dir)
+        fps = {k: e.fingerprint for k, e in scan(TorchSources(installed_torch_dir())).items()}
+        with _progress() as progress:
+            task = progress.add_task("parsing test files", total=None)
+            inv, problems = scan_checkout(pytorch_src, opdb, fps, Naming(device=device),
+                                          progress=lambda i, n: progress.update(task, completed=i, total=n))
+        for p in problems[:20]:
+            typer.echo(f"warning: {p}", err=True)
+    elif test_times:
+        from crcr.data import TEST_TIMES
+        from selector.inventory.test_times import test_times_inventory
+
+        inv = test_times_inventory(TEST_TIMES)
+    elif opinfo:
+        inv = _load_inventory_arg(Path(torch)) if torch != "installed" else _load_inventory_arg(Path("installed"))
+    else:
+        from selector.inventory.embedded import collect_embedded
+
+        typer.echo(f"collecting the embedded suite for {device} (crcr run --collect-only) ...", err=True)
+        inv = collect_embedded(device, list(file or []), keyword)
+    inv.write(out)
+    typer.echo(f"{len(inv.tests)} tests in {len(inv.files())} files ({inv.source}, {inv.granularity}) -> {out}")
+
+
+def _build_agent(agent: str) -> Any:
+    if agent == "offline":
+        from selector.agent.offline import OfflineAgent
+
+        return OfflineAgent()
+    if agent == "claude":
+        from selector.agent.claude import ClaudeAgent
+
+        s = _settings()
+        key = s.anthropic_api_key.get_secret_value() if s.anthropic_api_key else None
+        return ClaudeAgent(api_key=key, base_url=s.anthropic_base_url, model=s.select_agent_model,
+                           batch_size=s.select_agent_batch)
+    raise InputError(f"--agent {agent!r}: unknown agent", hint="use offline or claude")
+
+
+def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None) -> tuple[Any, Any]:
+    from crcr.data import DISABLED_TESTS
+    from selector.capabilities import capability_path, load_capabilities
+    from selector.disabled import DisabledTests
+
+    caps = load_capabilities(capabilities or capability_path(backend))
+    dis = DisabledTests(disabled or DISABLED_TESTS, device=caps.device)
+    return caps, dis
+
+
+def _print_report(report: Any, as_json: bool) -> None:
+    from dataclasses import asdict
+
+    data = asdict(report)
+    if as_json:
+        typer.echo(json.dumps(data, indent=1, sort_keys=True, default=str))
+        return
+    typer.echo(f"{report.tests} tests, {report.files} plan files ({report.files_written} written, "
+               f"{report.files_unchanged} unchanged); {report.classified} classified, {report.reused} reused from cache; "
+               f"{report.seconds:.2f}s")
+    typer.echo(f"  by source: {report.by_source}   by mode: {report.by_mode}")
+    u = report.usage
+    if u.requests:
+        typer.echo(f"  agent: {u.requests} requests, {u.input_tokens} input + {u.output_tokens} output tokens, "
+                   f"${u.cost_usd:.4f}")
+    for r in u.rejected[:10]:
+        typer.echo(f"  rejected agent answer: {r}", err=True)
+
+
+@app.command("plan", help=(
+    "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
+    "Rules decide first (each named in the reason); the agent decides the rest: --agent offline (default, "
+    "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
+    "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
+    "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
+))
+def plan_cmd(
+    backend: Backend,
+    inventory: Annotated[Path | None, typer.Option(help="inventory JSON (default: collect the embedded suite)")] = None,
+    capabilities: Annotated[Path | None, typer.Option(help="capability file (default configs/backends/<backend>.yaml)")] = None,
+    out: Annotated[Path | None, typer.Option(help="plan directory (default configs/selections/<backend>)")] = None,
+    agent: Annotated[str, typer.Option(help="offline or claude")] = "offline",
+    pytorch_src: Annotated[Path | None, typer.Option(help="checkout the agent's read_test_source reads from")] = None,
+    disabled: Annotated[Path | None, typer.Option(help="disabled-tests JSON (default: the shipped pytorch-stats copy)")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="classify everything again")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    import hashlib
+    import time
+
+    from crcr.contracts.inventory import load_inventory
+    from selector.agent.tools import Tools
+    from selector.inventory.sources import TorchSources, installed_torch_dir
+    from selector.plan import context_digest, record_state, run_plan, up_to_date
+
+    start = time.perf_counter()
+    caps, dis = _plan_inputs(backend, capabilities, disabled)
+    the_agent = _build_agent(agent)
+    out_dir = out or Path("configs/selections") / backend
+    data_dir = None if no_cache else _settings().data_dir
+    context = context_digest(caps, dis, the_agent)
+    inv_digest = None
+    if inventory is not None:
+        if not inventory.is_file():
+            raise InputError(f"inventory {inventory} does not exist", hint="write one with: crcr select inventory --out FILE")
+        inv_digest = hashlib.sha256(inventory.read_bytes()).hexdigest()
+        if data_dir is not None and up_to_date(inv_digest, context, backend, out_dir, data_dir):
+            typer.echo(f"plan in {out_dir} is up to date with {inventory} (nothing to classify); "
+                       f"{time.perf_counter() - start:.2f}s")
+            return
+        inv = load_inventory(inventory)
+    else:
+        from selector.inventory.embedded import collect_embedded
+
+        inv = collect_embedded(caps.device)
+    tools = Tools(caps, inv.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
+    report = run_plan(inv, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=the_agent, tools=tools,
+                      data_dir=data_dir)
+    if data_dir is not None and inv_digest is not None:
+        record_state(inv_digest, context, backend, out_dir, data_dir)
+    _print_report(report, as_json)
+
+
+@app.command("upgrade", help=(
+    "Compare two inventories by fingerprint (added / removed / changed / unchanged) and re-plan only the "
+    "added and changed tests.\n\n"
+    "--from/--to take inventory JSON files, or a torch directory / .whl / 'installed' read statically at OpInfo "
+    "level, e.g. --from installed --to torch-2.14.1-...whl. With OpInfo-level inputs, --tests INVENTORY maps the "
+    "change onto a test-level inventory. With --backend, the plan is updated and its diff printed as Markdown."
+))
+def upgrade_cmd(
+    from_: Annotated[Path, typer.Option("--from", help="old inventory (JSON, torch dir, .whl or 'installed')")],
+    to: Annotated[Path, typer.Option("--to", help="new inventory (JSON, torch dir, .whl or 'installed')")],
+    tests: Annotated[Path | None, typer.Option(help="test-level inventory to project an OpInfo-level change onto")] = None,
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="re-plan this backend's plan")] = None,
+    capabilities: Annotated[Path | None, typer.Option(help="capability file")] = None,
+    out: Annotated[Path | None, typer.Option(help="plan directory (default configs/selections/<backend>)")] = None,
+    agent: Annotated[str, typer.Option(help="offline or claude")] = "offline",
+    disabled: Annotated[Path | None, typer.Option(help="disabled-tests JSON")] = None,
+    markdown: Annotated[Path | None, typer.Option(help="also write the plan diff Markdown here")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print counts as JSON")] = False,
+) -> None:
+    from crcr.contracts.inventory import load_inventory
+    from selector.upgrade import compare, project_opinfo, with_new_opinfo
+
+    old, new = _load_inventory_arg(from_), _load_inventory_arg(to)
+    diff = compare(old, new)
+    result: dict[str, Any] = {"from": old.torch_version, "to": new.torch_version, "granularity": new.granularity,
+                              **diff.counts()}
+    test_inv = None
+    if new.granularity == "opinfo" and tests is not None:
+        test_inv = load_inventory(tests)
+        projected = project_opinfo(diff, test_inv)
+        result["tests"] = {**projected.counts(), "re_evaluated": len(projected.changed)}
+    elif new.granularity != "opinfo":
+        result["re_evaluated"] = len(diff.to_reevaluate)
+    if as_json:
+        typer.echo(json.dumps(result, indent=1, sort_keys=True))
+    else:
+        typer.echo(f"{result['from']} -> {result['to']} ({new.granularity}): added {diff.counts()['added']}, "
+                   f"removed {diff.counts()['removed']}, changed {diff.counts()['changed']}, "
+                   f"unchanged {diff.counts()['unchanged']}")
+        if "tests" in result:
+            t = result["tests"]
+            typer.echo(f"tests of {tests}: {t['changed']} re-evaluated (op added or changed), {t['removed']} removed, "
+                       f"{t['unchanged']} unchanged")
+    if backend is None:
+        return
+    from crcr.contracts.plan import load_plan
+    from selector.agent.tools import Tools
+    from selector.diff import diff_plans, render_markdown
+    from selector.inventory.sources import TorchSources, installed_torch_dir
+    from selector.plan import run_plan
+
+    target = new if new.granularity == "test" else (with_new_opinfo(test_inv, new) if test_inv else None)
+    if target is None:
+        raise InputError("an OpInfo-level upgrade needs --tests INVENTORY to re-plan", hint="pass the test-level inventory")
+    out_dir = out or Path("configs/selections") / backend
+    before = load_plan(out_dir) if out_dir.is_dir() and any(out_dir.rglob("*.yaml")) else None
+    caps, dis = _plan_inputs(backend, capabilities, disabled)
+    tools = Tools(caps, target.by_id(), None, TorchSources(installed_torch_dir()))
+    report = run_plan(target, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=_build_agent(agent),
+                      tools=tools, data_dir=_settings().data_dir)
+    typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} kept from cache", err=True)
+    if before is not None:
+        flips, n = diff_plans(before, load_plan(out_dir), target)
+        md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")
+        typer.echo(md)
+        if markdown:
+            markdown.write_text(md, encoding="utf-8")
+
+
+@app.command("refine", help=(
+    "Update a plan from run results (crcr run --results): a run test failing on the backend becomes skip "
+    "(the op is missing: NotImplementedError) or xfail (it fails); an xfail that passes gets a promotion "
+    "proposal (not applied); mixed outcomes on one commit mark it flaky (xfail, non-strict). Entries are "
+    "source: logs with evidence (run id, error class, excerpt). Reviewer entries are never changed."
+))
+def refine_cmd(
+    results: Annotated[list[Path], typer.Option("--results", help="results JSON (repeatable)")],
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="backend name")] = None,
+    plan: PlanDir = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="report, write nothing")] = False,
+    show_accuracy: Annotated[bool, typer.Option("--accuracy", help="print the plan's accuracy against these results first")] = False,
+) -> None:
+    from crcr.contracts.plan import load_plan
+    from crcr.contracts.results import load_results
+    from selector.refine import accuracy, refine
+
+    plan_dir = _plan_dir(plan, backend)
+    p = load_plan(plan_dir)
+    runs = [load_results(r) for r in results]
+    if show_accuracy:
+        a = accuracy(p, runs)
+        typer.echo(f"accuracy before refine: {a['confirmed']}/{a['tests']} = {a['accuracy']:.1%}  wrong: {a['wrong']}")
+    history = _settings().data_dir / "selector" / f"history-{p.backend}.jsonl"
+    report = refine(plan_dir, p, runs, history=None if dry_run else history, dry_run=dry_run)
+    typer.echo(f"{report.observed} tests observed; {len(report.changed)} modes changed, {len(report.proposals)} "
+               f"promotion proposals, {len(report.flaky)} flaky, {len(report.reviewer_conflicts)} reviewer entries kept; "
+               f"{report.files_written} files written")
+    for tid, a_mode, b_mode in report.changed[:20]:
+        typer.echo(f"  {a_mode} -> {b_mode}: {tid}")
+    for c in report.reviewer_conflicts[:20]:
+        typer.echo(f"  kept reviewer entry: {c}")
+    if show_accuracy and not dry_run:
+        a = accuracy(load_plan(plan_dir), runs)
+        typer.echo(f"accuracy after refine: {a['confirmed']}/{a['tests']} = {a['accuracy']:.1%}")
+
+
+@app.command("explain", help="Show a test's mode, reason, source, deciding entry, evidence and run history.")
+def explain_cmd(
+    test_id: Annotated[str, typer.Argument(help="full pytest id, e.g. test/test_ops.py::Cls::test_x")],
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="backend name")] = None,
+    plan: PlanDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    from crcr.contracts.plan import load_plan
+    from selector.explain import explain, render_text
+
+    p = load_plan(_plan_dir(plan, backend))
+    info = explain(p, test_id, _settings().data_dir / "selector" / f"history-{p.backend}.jsonl")
+    typer.echo(json.dumps(info, indent=1, default=str) if as_json else render_text(info))
+
+
+@app.command("export", help="Export a plan in another format: --format spyre writes torch-spyre's test_suite_config YAML.")
+def export_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="file to write")],
+    format: Annotated[str, typer.Option("--format", help="spyre")] = "spyre",
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="backend name")] = None,
+    plan: PlanDir = None,
+    inventory: Annotated[Path | None, typer.Option(help="expand pattern entries against this inventory")] = None,
+) -> None:
+    from crcr.contracts.inventory import load_inventory
+    from crcr.contracts.plan import load_plan
+    from crcr.fileio import atomic_write_text
+    from selector.spyre import export_spyre
+
+    if format != "spyre":
+        raise InputError(f"--format {format!r}: unknown format", hint="supported: spyre")
+    text, notes = export_spyre(load_plan(_plan_dir(plan, backend)), load_inventory(inventory) if inventory else None)
+    atomic_write_text(out, text)
+    for n in notes[:20]:
+        typer.echo(f"note: {n}", err=True)
+    typer.echo(f"wrote {out}")
+
+
+@app.command("import", help=(
+    "Import torch-spyre's test_suite_config YAML as plan files (source: reviewer; Spyre's generic names "
+    "become patterns over the instantiated ids)."
+))
+def import_cmd(
+    source: Annotated[Path, typer.Argument(help="the Spyre config YAML")],
+    backend: Backend,
+    out: Annotated[Path | None, typer.Option(help="plan directory (default configs/selections/<backend>)")] = None,
+    format: Annotated[str, typer.Option("--format", help="spyre")] = "spyre",
+    force: Annotated[bool, typer.Option("--force", help="overwrite existing plan files")] = False,
+) -> None:
+    from crcr.contracts.plan import plan_path_for
+    from crcr.fileio import atomic_write_text
+    from selector.spyre import import_spyre
+
+    if format != "spyre":
+        raise InputError(f"--format {format!r}: unknown format", hint="supported: spyre")
+    if not source.is_file():
+        raise InputError(f"{source} does not exist")
+    files, notes = import_spyre(source.read_text(encoding="utf-8"), backend, str(source))
+    out_dir = out or Path("configs/selections") / backend
+    for upstream, text in sorted(files.items()):
+        path = plan_path_for(out_dir, upstream)
+        if path.exists() and not force:
+            raise InputError(f"{path} exists", hint="pass --force to overwrite, or import into another --out")
+        atomic_write_text(path, text)
+        typer.echo(f"wrote {path}")
+    for n in notes[:20]:
+        typer.echo(f"note: {n}", err=True)
+
+
+@app.command("check", help=(
+    "Validate plan files (a directory or files): schema, modes, empty reasons, duplicate or shadowed entries, "
+    "unsafe YAML tags, size; with --inventory also patterns matching nothing and unknown ids. Prints "
+    "'file:line: problem; what to do' and exits 1 on errors (fit for pre-commit and CI)."
+))
+def check_cmd(
+    paths: Annotated[list[Path], typer.Argument(help="plan directories or files")],
+    inventory: Annotated[Path | None, typer.Option(help="inventory to check ids and patterns against")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="warnings fail too")] = False,
+) -> None:
+    from crcr.contracts.inventory import load_inventory
+    from selector.check import check_paths
+
+    findings = check_paths(paths, load_inventory(inventory) if inventory else None)
+    for f in findings:
+        typer.echo(f"{f}" + (" (warning)" if f.severity == "warning" else ""))
+    errors = [f for f in findings if f.severity == "error" or strict]
+    if errors:
+        typer.echo(f"{len(errors)} problem(s) found", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"ok ({len(findings)} warning(s))" if findings else "ok", err=True)
+
+
+@app.command("diff", help="Show, per test, which modes a plan change flips and why, as Markdown for a PR comment.")
+def diff_cmd(
+    old: Annotated[Path, typer.Argument(help="old plan directory")],
+    new: Annotated[Path, typer.Argument(help="new plan directory")],
+    inventory: Annotated[Path | None, typer.Option(help="resolve every test of this inventory (else entries only)")] = None,
+    out: Annotated[Path | None, typer.Option(help="write the Markdown here too")] = None,
+) -> None:
+    from crcr.contracts.inventory import load_inventory
+    from crcr.contracts.plan import load_plan
+    from selector.diff import diff_plans, render_markdown
+
+    flips, n = diff_plans(load_plan(old), load_plan(new), load_inventory(inventory) if inventory else None)
+    md = render_markdown(flips, n)
+    typer.echo(md)
+    if out:
+        out.write_text(md, encoding="utf-8")
+
+
+@app.command("pick", help=(
+    "Rank the plan's runnable tests for a diff and cut them by a time budget; writes a pick JSON for "
+    "`crcr run --pick`. Signals: tests the diff edits, files/tests named in the PR text, ops whose kernels, "
+    "decompositions, refs or OpInfo the hunks touch, failures in stored runs, path keywords. Every pick and "
+    "notable drop has a reason."
+))
+def pick_cmd(
+    diff: Annotated[Path, typer.Option(help="unified diff of the PR (git diff)")],
+    inventory: Annotated[Path, typer.Option(help="inventory JSON")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="pick JSON to write")],
+    backend: Annotated[str | None, typer.Option("--backend", "-b", help="backend name")] = None,
+    plan: PlanDir = None,
+    budget: Annotated[float | None, typer.Option(help="time budget in seconds (default: no cut)")] = None,
+    pr_text: Annotated[Path | None, typer.Option(help="file with the PR title and body")] = None,
+    history: Annotated[list[Path] | None, typer.Option(help="stored results JSON for failure history (repeatable)")] = None,
+    pr: Annotated[int | None, typer.Option(help="PR number, recorded in the pick")] = None,
+) -> None:
+    from crcr.contracts.inventory import load_inventory
+    from crcr.contracts.plan import load_plan
+    from crcr.contracts.results import load_results
+    from crcr.data import TEST_TIMES
+    from crcr.fileio import atomic_write_text
+    from selector.diffparse import MAX_DIFF_BYTES, parse_diff
+    from selector.inventory.test_times import file_times
+    from selector.pick import PickContext, pick
+
+    if budget is not None and budget <= 0:
+        raise InputError(f"--budget {budget}: must be positive")
+    if not diff.is_file():
+        raise InputError(f"diff {diff} does not exist", hint="write one with: git diff BASE...HEAD > pr.diff")
+    if diff.stat().st_size > MAX_DIFF_BYTES:
+        raise InputError(f"diff {diff} is larger than {MAX_DIFF_BYTES // (1024 * 1024)} MiB")
+    failures: dict[str, int] = {}
+    for h in history or []:
+        for t in load_results(h).failed():
+            failures[t.id] = failures.get(t.id, 0) + 1
+    ctx = PickContext(parse_diff(diff.read_text(encoding="utf-8", errors="replace")),
+                      pr_text.read_text(encoding="utf-8", errors="replace")[:200_000] if pr_text else "", failures)
+    result = pick(load_plan(_plan_dir(plan, backend)), load_inventory(inventory), ctx, budget, file_times(TEST_TIMES), pr=pr)
+    atomic_write_text(out, result.model_dump_json(indent=1, exclude_none=True) + "\n")
+    spent = sum(t.estimated_s or 0 for t in result.tests)
+    typer.echo(f"picked {len(result.tests)} tests (~{spent:.0f}s) -> {out}")
+    for t in result.tests[:10]:
+        typer.echo(f"  {t.score:5.1f}  {t.id}  {t.reason}")

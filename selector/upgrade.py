@@ -1,0 +1,87 @@
+"""``crcr select upgrade``: compare two inventories by fingerprint and re-plan only what changed.
+
+Test-level inventories compare test by test. OpInfo-level inventories (two torch
+versions read statically, e.g. the installed 2.13.0 against the 2.14.1 wheel) compare
+OpInfo entries; with a test-level inventory alongside, every test whose op was added
+or changed counts as changed, so the re-evaluated set is what a plan must revisit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from crcr.contracts.inventory import Inventory, InventoryTest
+
+
+@dataclass
+class InventoryDiff:
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(getattr(self, k)) for k in ("added", "removed", "changed", "unchanged")}
+
+    @property
+    def to_reevaluate(self) -> list[str]:
+        return sorted(self.added + self.changed)
+
+
+def _key(test: InventoryTest, granularity: str) -> str:
+    # OpInfo pseudo-tests are keyed by op so an entry moving between files is not "removed + added".
+    return test.op or test.id if granularity == "opinfo" else test.id
+
+
+def compare(old: Inventory, new: Inventory) -> InventoryDiff:
+    """Added / removed / changed / unchanged, by id (or by op for OpInfo inventories)."""
+    gran = "opinfo" if old.granularity == new.granularity == "opinfo" else "test"
+    a = {_key(t, gran): t.fingerprint for t in old.tests}
+    b = {_key(t, gran): t.fingerprint for t in new.tests}
+    diff = InventoryDiff()
+    for key in sorted(set(a) | set(b)):
+        if key not in a:
+            diff.added.append(key)
+        elif key not in b:
+            diff.removed.append(key)
+        elif a[key] != b[key]:
+            diff.changed.append(key)
+        else:
+            diff.unchanged.append(key)
+    return diff
+
+
+def project_opinfo(op_diff: InventoryDiff, tests: Inventory) -> InventoryDiff:
+    """Map an OpInfo-level diff onto a test-level inventory: tests of changed/added ops change."""
+    touched = set(op_diff.changed) | set(op_diff.added)
+    removed = set(op_diff.removed)
+    out = InventoryDiff()
+    for t in sorted(tests.tests, key=lambda t: t.id):
+        if t.op and t.op in removed:
+            out.removed.append(t.id)
+        elif t.op and t.op in touched:
+            out.changed.append(t.id)
+        else:
+            out.unchanged.append(t.id)
+    return out
+
+
+def with_new_opinfo(tests: Inventory, new_ops: Inventory) -> Inventory:
+    """``tests`` with each test's OpInfo fingerprint taken from another version's OpInfo inventory.
+
+    This is the statically upgraded test inventory: the same tests, fingerprinted against the
+    new version's OpInfo entries, so the plan cache re-classifies exactly the changed ones.
+    """
+    from selector.fingerprint import combine
+
+    fps = {t.op: t.fingerprint for t in new_ops.tests if t.op}
+    out = []
+    for t in tests.tests:
+        if t.op and t.op in fps:
+            op_fp = fps[t.op]
+            out.append(t.model_copy(update={"opinfo_fingerprint": op_fp, "fingerprint": combine([t.source_fingerprint, op_fp])}))
+        elif t.op:
+            continue  # the op no longer exists in the new version
+        else:
+            out.append(t)
+    return tests.model_copy(update={"tests": out, "torch_version": new_ops.torch_version})
