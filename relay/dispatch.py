@@ -64,7 +64,8 @@ def build_client_payload(delivery: Delivery) -> dict[str, Any]:
 def _lease(runtime: Runtime, kind: str, timeout_s: float) -> dt.timedelta:
     if kind == "local":
         return dt.timedelta(seconds=timeout_s + 30)
-    return dt.timedelta(seconds=runtime.settings.dispatch_timeout_s * 3 + 10)
+    # covers token lookup + mint + dispatch, each bounded by the HTTP timeout
+    return dt.timedelta(seconds=runtime.settings.dispatch_timeout_s * 3 + 2)
 
 
 def claim(runtime: Runtime, dispatch_id: int, lease: dt.timedelta) -> bool:

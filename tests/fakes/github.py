@@ -131,7 +131,7 @@ class FakeGitHub:
             pass
 
         Handler.fake = fake
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self._server.request_queue_size = 256
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -369,6 +369,16 @@ class FakeGitHub:
                        "tree": {"sha": "0" * 40, "url": f"{base}/git/trees/{'0' * 40}"}},
             "author": None, "committer": None, "parents": [],
         }
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that vanishes (a SIGKILLed worker) is normal here, not an error to print."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
