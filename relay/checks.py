@@ -41,6 +41,7 @@ log = logging.getLogger("crcr.relay.checks")
 
 LABEL_PREFIX = "ciflow/crcr/"
 MAX_FAILED_LISTED = 100
+RETRY_ON_SUCCESS = 3  # unsynced rows retried after a push that went through
 MAX_NAME_CHARS = 300
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._\- ()\[\]:+=,]")
 
@@ -220,8 +221,16 @@ def ensure_check(session: Session, job: Job, runtime: _Runtime, *, force: bool =
 
 
 def sync_job_check(session: Session, job: Job, runtime: _Runtime) -> CheckRun | None:
-    """Called after an accepted callback (the caller commits)."""
-    return ensure_check(session, job, runtime)
+    """Called after an accepted callback (the caller commits).
+
+    When GitHub just took this job's check, it is evidently reachable: a few rows it
+    refused earlier are retried too, so an outage heals with the next callbacks even
+    where no periodic ``sync_pending`` runs.
+    """
+    row = ensure_check(session, job, runtime)
+    if row is not None and row.synced:
+        sync_pending(session, runtime, limit=RETRY_ON_SUCCESS)
+    return row
 
 
 def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> int:

@@ -162,6 +162,17 @@ def test_github_failure_never_fails_the_callback_and_is_retried(h, gh):
     assert len(check_posts(gh)) == 1
 
 
+def test_a_refused_check_heals_with_the_next_successful_push(h, gh):
+    h.dispatch("d-1", "org/l4repo")
+    h.dispatch("d-2", "org/l4repo")
+    gh.add_fault("POST", r"/check-runs$", status=503, times=1)
+    h.callback("in_progress", "d-1", repo="org/l4repo")
+    assert [c.synced for c in h.checks()] == [False]
+    h.callback("in_progress", "d-2", repo="org/l4repo")  # GitHub is back: both go through
+    assert [c.synced for c in h.checks()] == [True, True]
+    assert len(check_posts(gh)) == 2
+
+
 def test_rerequested_check_run_redispatches_that_backend(h, gh):
     h.dispatch("d-1", "org/l4repo")
     h.callback("in_progress", "d-1", repo="org/l4repo")
