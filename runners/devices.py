@@ -11,6 +11,7 @@ counters the device reports (snpu's ``profile()``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from crcr.errors import InputError
@@ -60,15 +61,29 @@ def check_available(name: str) -> None:
             raise DeviceUnavailableError("--device snpu: runners.snpu has no install()")
 
 
+def snpu_testing_hook() -> Path:
+    """snpu's ``TORCH_TEST_DEVICES`` hook file (found without importing torch)."""
+    import runners.snpu as snpu
+
+    return Path(snpu.__file__).resolve().parent / "testing_hook.py"
+
+
 def child_env(name: str) -> dict[str, str]:
-    """Environment for the pytest subprocess."""
+    """Environment for the pytest subprocess: the variables backends set for upstream tests."""
     device = get_device(name)
-    return {
+    env = {
         "PYTORCH_TESTING_DEVICE_ONLY_FOR": device.only_for,
         "CRCR_RUN_DEVICE": device.name,
         # upstream's repro hint in failure messages is noise in excerpts: we print our own
         "PYTORCH_PRINT_REPRO_ON_FAILURE": "0",
     }
+    if device.name == "snpu":
+        hook = snpu_testing_hook()
+        if hook.is_file():
+            # the way an out-of-tree backend runs upstream's test/ folder; the plugin also
+            # installs snpu before collection, and the hook keeps the test base listed once
+            env["TORCH_TEST_DEVICES"] = str(hook)
+    return env
 
 
 def prepare_in_child(name: str) -> None:
