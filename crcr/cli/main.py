@@ -17,6 +17,11 @@ import typer
 
 from crcr.errors import CrcrError
 
+try:  # typer >= 0.2x vendors its own click: its Exit/UsageError are not click's classes
+    from typer._click.exceptions import ClickException as _TyperClickException
+except ImportError:  # pragma: no cover - older typer uses click itself
+    _TyperClickException = click.exceptions.ClickException
+
 # name -> (module, one-line help). Keep the help here so `crcr --help` imports nothing.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("crcr.cli.serve", "Run the relay (webhooks, callbacks, dashboard) with an in-process worker."),
@@ -95,6 +100,14 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:  # e.g. `crcr serve --help`
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except _TyperClickException as exc:  # bad options of a typer subcommand
+        exc.show()
         sys.exit(exc.exit_code)
 
 
