@@ -74,7 +74,11 @@ def _default_jwks_uri(issuer: str) -> str:
 
 def load_providers(settings: Settings) -> list[Provider]:
     """Issuers from ``oidc_issuers`` plus those in ``ci_providers.yml`` (the file wins)."""
-    providers = {iss: Provider(iss, _default_jwks_uri(iss)) for iss in settings.oidc_issuers}
+    providers = {
+        # Buildkite has no repository claim: without a mapping file every pipeline is refused
+        iss: Provider(iss, _default_jwks_uri(iss), {} if iss == BUILDKITE_ISSUER else None)
+        for iss in settings.oidc_issuers
+    }
     if settings.ci_providers is not None:
         for p in parse_ci_providers(Path(settings.ci_providers)):
             providers[p.issuer] = p
