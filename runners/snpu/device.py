@@ -199,6 +199,9 @@ def install() -> None:
         lib.impl("_copy_from", _copy_from, "PrivateUse1")
         _library = lib
         from runners.snpu import kernels  # noqa: F401 - registers every kernel
+        from runners.snpu.kernels.attention import register_autograd_kernels
+
+        register_autograd_kernels(lib)
 
         _installed = True
 

@@ -210,7 +210,7 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
     kernel = lookup(func)
     cpu_args = unwrap(args)
     if kernel is not None and kernel.keep_device:
-        cpu_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        cpu_kwargs = {k: v if k == "device" else unwrap(v) for k, v in kwargs.items()}
     else:
         cpu_kwargs = unwrap_kwargs(kwargs)
     if (

@@ -369,3 +369,66 @@ def utilisation(plan: Plan, dtype: torch.dtype, machine: Machine) -> float:
     if rec.cycles == 0:
         return 0.0
     return rec.macs / (rec.cycles * machine.peak_macs_per_cycle(dtype))
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def _attention_footprint(lq: int, sc: int, e: int, ev: int, isz: int) -> int:
+    # q block, k and v chunks in the input dtype; scores, accumulator and the running
+    # max and sum in fp32
+    return (lq * e + sc * e + sc * ev) * isz + (lq * sc + lq * ev + 2 * lq) * 4
+
+
+@functools.lru_cache(maxsize=1024)
+def plan_attention(
+    n: int, lq_total: int, s: int, e: int, ev: int, dtype: torch.dtype, machine: Machine
+) -> Plan:
+    """Flash-style attention: (batch x heads) and query blocks across cores, keys in chunks.
+
+    Each tile holds a block of query rows and one chunk of keys and values; a core walks
+    the chunks in order keeping the running max, sum and output accumulator, so the
+    softmax over keys is never split across cores.
+    """
+    isz = _itemsize(dtype)
+    st = machine.stick_elems(dtype)
+    n, lq_total, s = max(n, 1), max(lq_total, 1), max(s, 1)
+    best = None
+    for lq in (lq_total, 512, 256, 128, 64, 32, 16, 8):
+        lq = min(lq, lq_total)
+        for sc in (_ceil(s, st) * st, 1024, 512, 256, 128, 64):
+            sc = min(sc, _ceil(s, st) * st)
+            if _attention_footprint(lq, sc, e, ev, isz) <= machine.usable_scratchpad_bytes:
+                best = (lq, sc)
+                break
+        if best:
+            break
+    if best is None:
+        raise SnpuPlanError(
+            f"attention with head dims {e}/{ev} does not fit {machine.usable_scratchpad_bytes} bytes even in 8-row blocks"
+        )
+    lq, sc = best
+    cn, steps_n = _balanced(n, machine.cores, 1)
+    blocks = _ceil(lq_total, lq)
+    cl, steps_l = _balanced(blocks, max(1, machine.cores // cn), 1)
+    splits = (
+        Split("batch_heads", n, 1, cn, steps_n),
+        Split("query", lq_total, lq, cl, steps_l),
+        Split("keys", s, st, 1, _ceil(_ceil(s, st), sc // st)),
+    )
+    active = cn * cl
+    tiles = []
+    for core, ranges in _enumerate(splits):
+        _, (q0, q1), (k0, k1) = ranges  # one batch-head per tile
+        rows, chunk = q1 - q0, k1 - k0
+        first, last = k0 == 0, k1 == s
+        macs = rows * chunk * (e + ev)
+        sticks = (rows * _ceil(e, st) if first else 0) + chunk * (_ceil(e, st) + _ceil(ev, st))
+        sticks += rows * _ceil(ev, st) if last else 0
+        nbytes = sticks * machine.stick_bytes
+        padded = _ceil(rows, 8) * 8 * _ceil(chunk, 8) * 8 * (e + ev)
+        compute = _ceil(padded, machine.macs_per_cycle_per_core(dtype)) + 4 * _ceil(rows * chunk, st)
+        cycles = max(compute, _dma_cycles(machine, nbytes, active)) + machine.tile_overhead_cycles
+        scratch = _attention_footprint(rows, chunk, e, ev, isz)
+        tiles.append(Tile(core, ranges, TileCost(core, cycles, nbytes, sticks, scratch, macs)))
+    return Plan("attention", splits, tuple(tiles))

@@ -93,3 +93,19 @@ def nbytes_of(x: Any) -> int:
     if isinstance(x, (list, tuple)):
         return sum(nbytes_of(v) for v in x)
     return 0
+
+
+def rows_view(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """``x`` with ``dim`` moved last, as a contiguous (rows, len) matrix, and the moved shape."""
+    dim = dim % max(x.dim(), 1)
+    moved = x.movedim(dim, -1) if x.dim() else x.reshape(1)
+    shape = tuple(moved.shape)
+    length = shape[-1] if shape else 1
+    return moved.reshape(-1, length), shape
+
+
+def unrows(y2: torch.Tensor, moved_shape: tuple[int, ...], dim: int, ndim: int) -> torch.Tensor:
+    """Inverse of ``rows_view`` for an output of the same shape as the input."""
+    if ndim == 0:
+        return y2.reshape(())
+    return y2.reshape(moved_shape).movedim(-1, dim % ndim).contiguous()

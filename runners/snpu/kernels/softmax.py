@@ -1,1 +1,127 @@
-"""placeholder"""
+"""softmax and log_softmax (and their backward), plus the negative log-likelihood loss.
+
+The softmax dimension is laid out in sticks and is never split: each tile holds whole
+rows (max, exp on the special-function unit, sum, scale); rows are split across cores.
+A row longer than the scratchpad holds is refused with ``SnpuPlanError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from runners.snpu import machine
+from runners.snpu.dispatch import register
+from runners.snpu.kernels.common import load, rows_view, run, unrows
+from runners.snpu.planner import plan_rows
+
+# special-function passes per input stick: max, exp, sum, scale
+_SOFTMAX_PASSES = 4
+
+
+def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dtype, fn: Any) -> torch.Tensor:
+    """Apply ``fn(*row_blocks)`` (softmax along the last dim) tile by tile."""
+    m = machine.current()
+    x = inputs[0]
+    mats = []
+    moved_shape: tuple[int, ...] = ()
+    for t in inputs:
+        mat, moved_shape = rows_view(t, dim)
+        mats.append(mat)
+    rows, length = mats[0].shape
+    plan = plan_rows(rows, length, x.dtype, length, m, _SOFTMAX_PASSES * len(inputs), False)
+    out = torch.empty(rows, length, dtype=out_dtype)
+    if x.numel():
+        for tile in plan.tiles:
+            (r0, r1), (c0, c1) = tile.ranges
+            region = (slice(r0, r1), slice(c0, c1))
+            out[r0:r1] = fn(*(load(mat, region) for mat in mats))
+    run(plan, op)
+    return unrows(out, moved_shape, dim, x.dim())
+
+
+@register("_softmax", "_log_softmax", category="softmax")
+def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
+    x, dim, half_to_float = args[0], args[1], args[2]
+    meta = func(x.to("meta"), dim, half_to_float)
+    return _rowwise(func.name(), [x], dim, meta.dtype, lambda b: func(b, -1, half_to_float))
+
+
+@register("_safe_softmax", category="softmax")
+def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
+    x, dim = args[0], args[1]
+    dtype = kwargs.get("dtype") if "dtype" in kwargs else (args[2] if len(args) > 2 else None)
+    meta = func(x.to("meta"), dim, dtype)
+    return _rowwise(func.name(), [x], dim, meta.dtype, lambda b: func(b, -1, dtype))
+
+
+@register("_softmax_backward_data", "_log_softmax_backward_data", category="softmax")
+def softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
+    grad, output, dim, input_dtype = args[0], args[1], args[2], args[3]
+    meta = func(grad.to("meta"), output.to("meta"), dim, input_dtype)
+    return _rowwise(func.name(), [grad, output], dim, meta.dtype, lambda g, o: func(g, o, -1, input_dtype))
+
+
+# --------------------------------------------------------------------------- nll loss
+
+
+def _nll_tiles(op: str, rows: int, classes: int, dtype: torch.dtype) -> Any:
+    return plan_rows(max(rows, 1), max(classes, 1), dtype, 1, machine.current(), 1, False)
+
+
+@register("nll_loss_forward", category="loss")
+def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Per-row gathers tile by tile; the final sum/mean drains over the ring."""
+    x, target, weight, reduction, ignore_index = args
+    if x.dim() == 1:
+        plan = _nll_tiles(func.name(), 1, x.shape[0], x.dtype)
+        run(plan, func.name())
+        return func(x, target, weight, reduction, ignore_index)
+    rows, classes = x.shape
+    plan = _nll_tiles(func.name(), rows, classes, x.dtype)
+    losses = torch.empty(rows, dtype=x.dtype)
+    weights = torch.empty(rows, dtype=x.dtype)
+    w = weight if weight is not None else torch.ones(classes, dtype=x.dtype)
+    for tile in plan.tiles:
+        (r0, r1), (c0, c1) = tile.ranges
+        block = load(x, (slice(r0, r1), slice(c0, c1)))
+        t = load(target, (slice(r0, r1),))
+        per_row, _ = func(block, t, weight, 0, ignore_index)
+        losses[r0:r1] = per_row
+        valid = t != ignore_index
+        weights[r0:r1] = torch.where(valid, w[t.clamp(0, classes - 1)], torch.zeros((), dtype=x.dtype))
+    run(plan, func.name())
+    if reduction == 0:
+        return losses, torch.zeros((), dtype=x.dtype)
+    total_weight = weights.float().sum().to(x.dtype)
+    total = losses.float().sum()
+    if reduction == 1:
+        total = total / weights.float().sum()
+    return total.to(x.dtype), total_weight
+
+
+@register("nll_loss_backward", category="loss")
+def nll_loss_backward(func: Any, args: tuple, kwargs: dict) -> Any:
+    grad_out, x, target, weight, reduction, ignore_index, total_weight = args
+    rows = x.shape[0] if x.dim() == 2 else 1
+    classes = x.shape[-1]
+    plan = _nll_tiles(func.name(), rows, classes, x.dtype)
+    if x.dim() != 2:
+        run(plan, func.name())
+        return func(*args)
+    out = torch.empty_like(x)
+    for tile in plan.tiles:
+        (r0, r1), _ = tile.ranges
+        g = grad_out if reduction != 0 else load(grad_out, (slice(r0, r1),))
+        out[r0:r1] = func(
+            g,
+            load(x, (slice(r0, r1),)),
+            load(target, (slice(r0, r1),)),
+            weight,
+            reduction,
+            ignore_index,
+            total_weight,
+        )
+    run(plan, func.name())
+    return out
