@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     # selector agent (crcr select plan --agent claude)
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key (else ANTHROPIC_API_KEY)")
     anthropic_base_url: str | None = Field(None, description="Messages API base URL (a proxy or a test server)")
-    select_agent_model: str = Field("claude-sonnet-4-5", description="model the selector's Claude agent uses")
+    select_agent_model: str = Field("claude-sonnet-4-6", description="model the selector's Claude agent uses")
     select_agent_batch: int = Field(20, ge=1, le=200, description="tests per agent request")
 
     # service

@@ -89,14 +89,14 @@ def inventory_cmd(
         raise InputError("choose one source: --pytorch-src, --test-times, --opinfo or the embedded default")
     if pytorch_src is not None:
         from selector.inventory.opdb import load_opdb
-        from selector.inventory.opinfo import scan
+        from selector.inventory.opinfo import cached_fingerprints
         from selector.inventory.sources import TorchSources, installed_torch_dir
         from selector.inventory.static_ast import Naming, scan_checkout
 
         if not (pytorch_src / "test").is_dir():
             raise InputError(f"{pytorch_src} has no test/ folder", hint="pass the root of a PyTorch checkout")
         opdb = load_opdb(_settings().data_dir)
-        fps = {k: e.fingerprint for k, e in scan(TorchSources(installed_torch_dir())).items()}
+        fps = cached_fingerprints(TorchSources(installed_torch_dir()), _settings().data_dir)
         with _progress() as progress:
             task = progress.add_task("parsing test files", total=None)
             inv, problems = scan_checkout(pytorch_src, opdb, fps, Naming(device=device),
@@ -105,9 +105,9 @@ def inventory_cmd(
             typer.echo(f"warning: {p}", err=True)
     elif test_times:
         from crcr.data import TEST_TIMES
-        from selector.inventory.test_times import test_times_inventory
+        from selector.inventory.test_times import times_inventory
 
-        inv = test_times_inventory(TEST_TIMES)
+        inv = times_inventory(TEST_TIMES)
     elif opinfo:
         inv = _load_inventory_arg(Path(torch)) if torch != "installed" else _load_inventory_arg(Path("installed"))
     else:

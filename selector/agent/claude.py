@@ -24,11 +24,11 @@ from selector.errors import AgentError
 
 # USD per million tokens (input, output); unknown models report tokens and cost 0.
 PRICES: dict[str, tuple[float, float]] = {
+    "claude-sonnet-4-6": (3.0, 15.0),
     "claude-sonnet-4-5": (3.0, 15.0),
-    "claude-sonnet-4": (3.0, 15.0),
-    "claude-opus-4-1": (15.0, 75.0),
     "claude-haiku-4-5": (1.0, 5.0),
 }
+DEFAULT_MODEL = "claude-sonnet-4-6"
 MAX_TURNS = 8
 SUBMIT_TOOL: dict[str, Any] = {
     "name": "submit_decisions",
@@ -77,7 +77,7 @@ def _api_key(explicit: str | None) -> str:
 class ClaudeAgent:
     name = "claude"
 
-    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, model: str = "claude-sonnet-4-5",
+    def __init__(self, *, api_key: str | None = None, base_url: str | None = None, model: str = DEFAULT_MODEL,
                  batch_size: int = 20, timeout_s: float = 120.0) -> None:
         try:
             import anthropic

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from crcr.contracts.inventory import Inventory, InventoryTest
 from selector.fingerprint import digest, normalised
@@ -135,3 +136,20 @@ def opinfo_inventory(sources: TorchSources) -> Inventory:
 def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
     """The OpInfo entry for ``op`` (``name`` or ``name.variant``) with its source text."""
     return scan(sources, with_source=True).get(op)
+
+
+def cached_fingerprints(sources: TorchSources, data_dir: Path) -> dict[str, str]:
+    """OpInfo fingerprints by key for one torch version, cached in the data dir (a scan takes seconds)."""
+    import json
+
+    from crcr.fileio import atomic_write_text
+
+    cache = data_dir / "selector" / f"opinfo-fps-{sources.version or 'unknown'}.json"
+    if cache.is_file():
+        try:
+            return dict(json.loads(cache.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass  # rebuilt below
+    fps = {k: e.fingerprint for k, e in scan(sources).items()}
+    atomic_write_text(cache, json.dumps(fps, sort_keys=True))
+    return fps

@@ -22,7 +22,7 @@ def file_times(path: Path, config: str = "default", job: str = "default") -> dic
     return {f"test/{name}.py": float(secs) for name, secs in table.items() if isinstance(secs, int | float)}
 
 
-def test_times_inventory(path: Path, config: str = "default", job: str = "default") -> Inventory:
+def times_inventory(path: Path, config: str = "default", job: str = "default") -> Inventory:
     tests = [
         InventoryTest(id=f"{file}::*", file=file, method="*", duration_s=round(secs, 3), fingerprint=digest(file))
         for file, secs in sorted(file_times(path, config, job).items())

@@ -1,0 +1,59 @@
+"""Rules on the fixture upstream tree: each decorator kind, dtypes, ops, features, upstream-disabled."""
+
+from __future__ import annotations
+
+import pytest
+
+from selector.rules import RuleContext, classify
+
+P = "test/test_fixture_ops.py::TestFixtureDevicePRIVATEUSE1::"
+OPS = "test/test_fixture_ops.py::TestFixtureOpsPRIVATEUSE1::"
+
+
+@pytest.mark.parametrize(
+    ("test_id", "mode", "rule", "says"),
+    [
+        (P + "test_cuda_streams_snpu", "skip", "device-restriction", "@onlyCUDA"),
+        (P + "test_cpu_only_thing_snpu", "skip", "device-restriction", "@onlyCPU"),
+        (P + "test_on_cuda_only_snpu", "skip", "device-restriction", "onlyOn('cuda')"),
+        (P + "test_two_devices_snpu", "skip", "device-restriction", "needs 2 devices; snpu exposes 1"),
+        (P + "test_softmax_dtypes_snpu_float64", "skip", "dtype-support", "dtype float64"),
+        (P + "test_softmax_dtypes_snpu_complex64", "skip", "dtype-support", "dtype complex64"),
+        (P + "test_to_sparse_snpu", "skip", "feature-needs", "needs sparse"),
+        (P + "test_compiled_snpu", "skip", "feature-needs", "needs compile"),
+        (P + "test_upstream_disabled_snpu", "skip", "upstream-disabled", "pytorch/pytorch#4242"),
+        ("test/distributed/test_fixture_dist.py::TestFixtureDist::test_all_reduce", "skip", "feature-needs", "distributed"),
+        (OPS + "test_compare_cpu_cholesky_inverse_snpu_float32", "skip", "op-support", "no kernel for op cholesky_inverse"),
+        (OPS + "test_compare_cpu_softmax_snpu_float32", "run", "op-supported", "kernel for op softmax"),
+        (OPS + "test_compare_cpu_softmax_snpu_float64", "skip", "dtype-support", "float64"),
+    ],
+)
+def test_rule_decides_with_its_name_in_the_reason(inventory, caps, disabled, test_id, mode, rule, says):
+    decision = classify(inventory.by_id()[test_id], RuleContext(caps, disabled))
+    assert decision is not None
+    assert (decision.mode, decision.rule) == (mode, rule)
+    assert decision.reason.startswith(f"[{rule}] ")
+    assert says in decision.reason
+
+
+def test_rules_leave_plain_tests_to_the_agent(inventory, caps, disabled):
+    undecided = sorted(t.method for t in inventory.tests if classify(t, RuleContext(caps, disabled)) is None)
+    assert "test_add_plain_snpu" in undecided and "test_injection_snpu" in undecided
+    assert "test_softmax_dtypes_snpu_float32" in undecided  # onlyNativeDeviceTypes includes PrivateUse1
+
+
+def test_disabled_entries_for_other_platforms_do_not_apply(inventory, caps, disabled):
+    # test_simple is disabled upstream on mac only; test_add_plain only for the CUDA variant
+    ctx = RuleContext(caps, disabled)
+    simple = inventory.by_id()["test/test_fixture_plain.py::TestFixturePlain::test_simple"]
+    plain = inventory.by_id()[P + "test_add_plain_snpu"]
+    assert classify(simple, ctx) is None
+    assert classify(plain, ctx) is None
+
+
+def test_real_disabled_list_loads_and_matches_a_device_neutral_entry(caps):
+    from crcr.data import DISABLED_TESTS
+    from selector.disabled import DisabledTests
+
+    real = DisabledTests(DISABLED_TESTS)
+    assert len(real) > 20
