@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+_DEF = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)")
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@ ?(.*)$")
 MAX_DIFF_BYTES = 64 * 1024 * 1024
 
@@ -16,6 +17,8 @@ class Hunk:
     context: str  # the function header git shows after @@
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    edited_defs: set[str] = field(default_factory=set)  # functions enclosing a changed line
+    _last_def: str | None = None
 
 
 @dataclass
@@ -52,12 +55,22 @@ def parse_diff(text: str) -> list[FileDiff]:
         m = _HUNK.match(line)
         if m and current is not None:
             hunk = Hunk(int(m.group(1)), int(m.group(2) or 1), m.group(3))
+            d = _DEF.match(m.group(3))
+            hunk._last_def = d.group(1) if d else None
             current.hunks.append(hunk)
             continue
         if hunk is None:
             continue
+        body = line[1:]
+        d = _DEF.match(body)
+        if d:
+            hunk._last_def = d.group(1)
         if line.startswith("+"):
-            hunk.added.append(line[1:])
+            hunk.added.append(body)
         elif line.startswith("-"):
-            hunk.removed.append(line[1:])
+            hunk.removed.append(body)
+        else:
+            continue
+        if hunk._last_def:
+            hunk.edited_defs.add(hunk._last_def)
     return files

@@ -71,10 +71,7 @@ class EditedTests(Heuristic):
             if d is None:
                 continue
             template = t.template or t.method
-            in_test = any(
-                re.search(rf"\bdef {re.escape(template)}\b", h.context + "\n" + "\n".join(h.added + h.removed))
-                for h in d.hunks
-            )
+            in_test = any(template in h.edited_defs for h in d.hunks)
             if in_test:
                 out[t.id] = Signal(self.name, 10.0, f"the diff edits {template} itself")
             else:

@@ -233,6 +233,7 @@ def upgrade_cmd(
     out: Annotated[Path | None, typer.Option(help="plan directory (default configs/selections/<backend>)")] = None,
     agent: Annotated[str, typer.Option(help="offline or claude")] = "offline",
     disabled: Annotated[Path | None, typer.Option(help="disabled-tests JSON")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="the new version's checkout, for the agent's read_test_source")] = None,
     markdown: Annotated[Path | None, typer.Option(help="also write the plan diff Markdown here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print counts as JSON")] = False,
 ) -> None:
@@ -274,7 +275,7 @@ def upgrade_cmd(
     out_dir = out or Path("configs/selections") / backend
     before = load_plan(out_dir) if out_dir.is_dir() and any(out_dir.rglob("*.yaml")) else None
     caps, dis = _plan_inputs(backend, capabilities, disabled)
-    tools = Tools(caps, target.by_id(), None, TorchSources(installed_torch_dir()))
+    tools = Tools(caps, target.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
     report = run_plan(target, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=_build_agent(agent),
                       tools=tools, data_dir=_settings().data_dir)
     typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} kept from cache", err=True)

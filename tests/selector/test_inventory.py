@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from selector.inventory.opinfo import opinfo_inventory, scan
+from selector.inventory.opinfo import opinfo_inventory
 from selector.inventory.sources import TorchSources
 from selector.inventory.static_ast import scan_checkout
 from selector.inventory.test_times import times_inventory
@@ -133,17 +133,13 @@ def test_real_upgrade_2_13_to_2_14_from_the_wheel(cli, tmp_path):
         if os.environ.get("CI"):
             pytest.fail(f"{WHEEL} is missing on CI; the real upgrade case needs it")
         pytest.skip(f"{WHEEL} not on this machine (set CI=1 to make this a failure)")
-    from selector.inventory.sources import installed_torch_dir
-
-    old = scan(TorchSources(installed_torch_dir()))
-    new = scan(TorchSources(WHEEL))
-    assert len(old) > 900 and len(new) > 900
     code, out, err = cli("select", "upgrade", "--from", "installed", "--to", WHEEL, "--json")
     assert code == 0, err
     counts = json.loads(out)
     assert counts["from"].startswith("2.13.0") and counts["to"] == "2.14.1"
     assert counts["added"] >= 1 and counts["removed"] >= 1 and counts["changed"] >= 50
     assert counts["unchanged"] > counts["changed"]
+    assert counts["added"] + counts["changed"] + counts["unchanged"] > 900  # OpInfo entries in 2.14.1
     print(f"real upgrade 2.13.0 -> 2.14.1 (OpInfo entries): {counts}")
 
 
