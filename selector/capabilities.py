@@ -3,15 +3,17 @@
 Read keys (others are kept for the agent's tool but not interpreted)::
 
     backend: snpu
-    device: snpu                      # name in test ids (renamed PrivateUse1)
-    dtypes: [float16, bfloat16, float32, int64, bool, ...]
-    opinfo: [add, softmax, nn.functional.relu, ...]   # OpInfo names with a kernel
-    aten_ops: [aten::add.Tensor, ...]                 # registered aten operators
-    features: {autograd: true, distributed: false, sparse: false, ...}
-    limits: {device_count: 1, memory_bytes: 17179869184}
+    device_type: snpu                 # name in test ids (renamed PrivateUse1); or device:
+    dtypes: {native: [float16, bfloat16, float32], indexing_only: [int64, bool, ...],
+             refused: [float64, complex64, ...]}      # or a plain list of supported dtypes
+    aten_ops: {elementwise: [aten::add.Tensor, ...], ...}   # or a plain list
+    opinfo: {covered: [add, softmax, ...],             # or a plain list of OpInfo names
+             by_dtype: {float32: {pass: [...], fail: {op: error}}, ...}}
+    features: {autograd: true, distributed: false, sparse: false, torch_compile: false, ...}
+    limits: {devices: 1, ...}
 
-Lists may also be given as mappings (``dtypes: {float32: true, float64: false}``) or
-nested under ``supported:``; unknown shapes raise a ConfigError naming the key.
+This is the shape ``crcr snpu capabilities`` writes. Lists may also be mappings of
+name -> bool or nested under ``supported:``; unknown shapes raise a ConfigError.
 """
 
 from __future__ import annotations
@@ -40,21 +42,49 @@ class Capabilities:
     digest: str
     path: Path | None = None
     raw_text: str = ""
-    notes: dict[str, Any] = field(default_factory=dict)
+    indexing_dtypes: set[str] = field(default_factory=set)  # held for indexing and masks, no compute
+    refused_dtypes: set[str] = field(default_factory=set)
+    opinfo_by_dtype: dict[str, set[str]] = field(default_factory=dict)  # sweep: ops whose samples pass
+    opinfo_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # sweep: dtype -> op -> error
 
-    def supports_op(self, op: str) -> bool:
-        """OpInfo name, with or without variant (``nn.functional.relu``, ``max.reduction_with_dim``)."""
-        if op in self.opinfo:
-            return True
-        parts = op.split(".")
-        return any(".".join(parts[:i]) in self.opinfo for i in range(1, len(parts)))
+    @property
+    def has_opinfo(self) -> bool:
+        return bool(self.opinfo or self.opinfo_by_dtype)
+
+    def supports_op(self, op: str, dtype: str | None = None) -> bool:
+        """Whether ``op`` (OpInfo name, ``name.variant`` allowed) has a working kernel, for ``dtype`` if known.
+
+        Uses the OpInfo facts when the file has them; otherwise whether the op's aten name is registered.
+        """
+        if dtype and dtype in self.opinfo_by_dtype:
+            return op in self.opinfo_by_dtype[dtype]
+        if self.has_opinfo:
+            if op in self.opinfo:
+                return True
+            parts = op.split(".")
+            return any(".".join(parts[:i]) in self.opinfo for i in range(1, len(parts)))
+        names = self.aten_names()
+        return op.split(".")[-1] in names or op.replace(".", "_") in names or op.split(".")[0] in names
+
+    def sweep_failure(self, op: str, dtype: str | None) -> str | None:
+        """The error the capability sweep recorded for ``op`` at ``dtype``, if it failed there."""
+        if dtype is None:
+            return None
+        return self.opinfo_failures.get(dtype, {}).get(op)
 
     def aten_names(self) -> set[str]:
         """Bare aten op names (``aten::add.Tensor`` -> ``add``)."""
         return {a.split("::", 1)[-1].split(".", 1)[0] for a in self.aten_ops}
 
     def feature(self, name: str, default: bool = False) -> bool:
-        return bool(self.features.get(name, default))
+        for key in (name, *FEATURE_ALIASES.get(name, ())):
+            if key in self.features:
+                return bool(self.features[key])
+        return default
+
+
+# Our feature names -> names capability files use for them.
+FEATURE_ALIASES: dict[str, tuple[str, ...]] = {"compile": ("torch_compile",), "distributed": ("multi_device",)}
 
 
 def _as_set(value: Any, key: str, where: str) -> set[str]:
@@ -91,11 +121,38 @@ def parse_capabilities(text: str, where: str) -> Capabilities:
                 return sup[k]
         return None
 
+    dtypes_raw = pick("dtypes", "supported_dtypes")
+    indexing: set[str] = set()
+    refused: set[str] = set()
+    if isinstance(dtypes_raw, dict) and ("native" in dtypes_raw or "refused" in dtypes_raw):
+        indexing = _as_set(dtypes_raw.get("indexing_only"), "dtypes.indexing_only", where)
+        refused = _as_set(dtypes_raw.get("refused"), "dtypes.refused", where)
+        dtypes = _as_set(dtypes_raw.get("native"), "dtypes.native", where)
+    else:
+        dtypes = _as_set(dtypes_raw, "dtypes", where)
+    aten_raw = pick("aten_ops", "aten", "operators")
+    if isinstance(aten_raw, dict) and all(isinstance(v, list) for v in aten_raw.values()):
+        aten = {str(a) for v in aten_raw.values() for a in v}  # grouped by kernel family
+    else:
+        aten = _as_set(aten_raw, "aten_ops", where)
+    opinfo_raw = pick("opinfo", "opinfo_names", "opinfos", "ops")
+    by_dtype: dict[str, set[str]] = {}
+    failures: dict[str, dict[str, str]] = {}
+    if isinstance(opinfo_raw, dict) and ("covered" in opinfo_raw or "by_dtype" in opinfo_raw):
+        opinfo = _as_set(opinfo_raw.get("covered"), "opinfo.covered", where)
+        for dname, facts in (opinfo_raw.get("by_dtype") or {}).items():
+            if isinstance(facts, dict):
+                by_dtype[str(dname)] = _as_set(facts.get("pass"), f"opinfo.by_dtype.{dname}.pass", where)
+                fails = facts.get("fail") or {}
+                failures[str(dname)] = {str(k): str(v) for k, v in fails.items()} if isinstance(fails, dict) else {}
+    else:
+        opinfo = _as_set(opinfo_raw, "opinfo", where)
     features_raw = pick("features") or {}
     if isinstance(features_raw, list):
         features = {str(f): True for f in features_raw}
     elif isinstance(features_raw, dict):
-        features = {str(k): bool(v) if not isinstance(v, dict) else bool(v.get("supported", True))
+        # a string value ("opt-in: ...") means "not on by default"
+        features = {str(k): (v is True) if not isinstance(v, dict) else bool(v.get("supported", True))
                     for k, v in features_raw.items()}
     else:
         raise ConfigError(f"{where}: features must be a list or mapping")
@@ -103,16 +160,23 @@ def parse_capabilities(text: str, where: str) -> Capabilities:
     limits = pick("limits") or {}
     if not isinstance(limits, dict):
         raise ConfigError(f"{where}: limits must be a mapping")
+    limits = dict(limits)
+    if "device_count" not in limits and "devices" in limits:
+        limits["device_count"] = limits["devices"]
     return Capabilities(
         backend=backend,
-        device=str(data.get("device") or backend),
-        dtypes=_as_set(pick("dtypes", "supported_dtypes"), "dtypes", where),
-        opinfo=_as_set(pick("opinfo", "opinfo_names", "opinfos", "ops"), "opinfo", where),
-        aten_ops=_as_set(pick("aten_ops", "aten", "operators"), "aten_ops", where),
+        device=str(data.get("device") or data.get("device_type") or backend),
+        dtypes=dtypes,
+        opinfo=opinfo,
+        aten_ops=aten,
         features=features,
         limits=limits,
         digest=hashlib.sha256(text.encode()).hexdigest()[:16],
         raw_text=text,
+        indexing_dtypes=indexing,
+        refused_dtypes=refused,
+        opinfo_by_dtype=by_dtype,
+        opinfo_failures=failures,
     )
 
 

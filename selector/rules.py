@@ -21,7 +21,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 
-RULES_VERSION = "1"
+RULES_VERSION = "2"
 
 
 @dataclass(frozen=True)
@@ -137,15 +137,21 @@ class DtypeSupport(Rule):
     name = "dtype-support"
 
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
-        if not test.dtype or not ctx.caps.dtypes:
+        caps = ctx.caps
+        if not test.dtype or not caps.dtypes:
             return None
         parts = [test.dtype] if _is_dtype(test.dtype) else test.dtype.split("_")
-        missing = [d for d in parts if _is_dtype(d) and d not in ctx.caps.dtypes]
-        if not missing:
-            return None
-        d = missing[0]
-        pattern = f"{_cls_prefix(test)}.*_{re.escape(d)}" if test.method.endswith(f"_{d}") else None
-        return self._d("skip", f"{ctx.caps.device} does not support dtype {d}", pattern)
+        for d in parts:
+            if not _is_dtype(d) or d in caps.dtypes:
+                continue
+            pattern = f"{_cls_prefix(test)}.*_{re.escape(d)}" if test.method.endswith(f"_{d}") else None
+            if d in caps.indexing_dtypes:
+                if not test.op:
+                    continue  # indexing and masks work; the agent reads what the test does
+                return self._d("skip", f"{caps.device} holds {d} for indexing and masks only; it has no {d} compute "
+                               "for OpInfo samples", pattern)
+            return self._d("skip", f"{caps.device} does not support dtype {d}", pattern)
+        return None
 
 
 def _is_dtype(token: str) -> bool:
@@ -158,8 +164,16 @@ class OpSupport(Rule):
     name = "op-support"
 
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
-        if not test.op or ctx.caps.supports_op(test.op):
+        if not test.op or ctx.caps.supports_op(test.op, test.dtype):
             return None
+        failure = ctx.caps.sweep_failure(test.op, test.dtype)
+        if failure:
+            first = failure.strip().splitlines()[0][:160] if failure.strip() else "failed"
+            # the sweep ran this op's samples at this dtype: name what it saw
+            op_pat = _op_pattern(test)
+            pattern = f"{op_pat[: -len('(_.*)?')]}_{re.escape(test.dtype)}" if op_pat and test.dtype else None
+            return self._d("skip", f"{ctx.caps.device}'s capability sweep ran op {test.op} at {test.dtype} and it "
+                           f"failed: {first}", pattern)
         return self._d(
             "skip",
             f"{ctx.caps.device} has no kernel for op {test.op} (not in its capability file); running it would only "
@@ -174,7 +188,7 @@ class OpSupported(Rule):
     name = "op-supported"
 
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
-        if not test.op or not ctx.caps.supports_op(test.op):
+        if not test.op or not ctx.caps.supports_op(test.op, test.dtype):
             return None
         return self._d("run", f"{ctx.caps.device} has a kernel for op {test.op} and supports the test's dtype", _op_pattern(test))
 

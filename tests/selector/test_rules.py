@@ -57,3 +57,26 @@ def test_real_disabled_list_loads_and_matches_a_device_neutral_entry(caps):
 
     real = DisabledTests(DISABLED_TESTS)
     assert len(real) > 20
+
+
+def test_generated_capability_shape_drives_the_rules(inventory):
+    from selector.capabilities import load_capabilities
+
+    from .conftest import FIX
+
+    caps = load_capabilities(FIX / "snpu-capabilities-generated-shape.yaml")
+    assert caps.device == "snpu" and caps.limits["device_count"] == 1
+    assert caps.feature("compile") is False and caps.feature("cpu_fallback") is False
+    ctx = RuleContext(caps, None)
+    by_id = inventory.by_id()
+
+    def decide(method):
+        return classify(by_id[OPS + method], ctx)
+
+    assert decide("test_compare_cpu_add_snpu_float32").mode == "run"
+    assert decide("test_compare_cpu_sin_snpu_float16").reason.startswith("[op-support]")  # sin passes only at float32
+    soft = decide("test_compare_cpu_softmax_snpu_float32")
+    assert soft.mode == "skip" and "capability sweep" in soft.reason and "not close" in soft.reason
+    int_add = decide("test_compare_cpu_add_snpu_int64")
+    assert int_add.rule == "dtype-support" and "indexing and masks only" in int_add.reason
+    assert "does not support dtype float64" in decide("test_compare_cpu_add_snpu_float64").reason
