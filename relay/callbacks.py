@@ -28,6 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
+from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from crcr.contracts.callback import CallbackBody
@@ -178,14 +179,17 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
         record("accepted", 200, "; ".join(applied.warnings) or None, body.delivery_id, body.workflow.status, job.id)
         log.info("[e: %s] %s %s/%s/%s: %s -> %s", job.delivery_id, repo, job.run_id, job.run_attempt,
                  job.job_name, applied.previous, job.state)
+        background = None
         try:
-            checks.sync_job_check(session, job, runtime)
+            row = checks.plan_check(session, job, runtime)
             session.commit()
+            if row is not None:  # GitHub hears about it after the answer: it never slows the job
+                background = BackgroundTask(checks.push_planned, runtime, row.id)
         except SQLAlchemyError:
             session.rollback()
-            log.warning("[e: %s] check run state not saved; sync_pending retries", job.delivery_id, exc_info=True)
+            log.warning("[e: %s] check run state not saved", job.delivery_id, exc_info=True)
         return JSONResponse({"ok": True, "status": body.workflow.status, "job": applied.as_dict(),
-                             "warnings": applied.warnings})
+                             "warnings": applied.warnings}, background=background)
 
 
 def _schema_reason(exc: Exception) -> str:

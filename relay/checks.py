@@ -2,14 +2,16 @@
 
 Named ``crcr/<owner>/<repo>/<workflow>/<job>``, ``external_id`` = the downstream run
 id, created in progress and completed with a summary (counts, failed tests, links,
-verdict). The ``check_runs`` row is the desired state; pushing it to GitHub happens
-right after the callback commits, and a row GitHub refused stays ``synced = False``
-for ``sync_pending`` (a periodic task) to retry. A GitHub failure never fails the
+verdict). The ``check_runs`` row is the desired state, committed with the callback;
+pushing it to GitHub happens after the callback is answered (so a slow GitHub never
+slows a downstream job), and a row GitHub refused stays ``synced = False`` until the
+next successful push or ``sync_pending`` retries it. A GitHub failure never fails the
 callback that caused it.
 
 Entry points for the rest of the relay:
 
-- ``sync_job_check(session, job, runtime)`` after each accepted callback;
+- ``plan_check(session, job, runtime)`` with each accepted callback (committed with
+  it), then ``push_planned(runtime, row_id)`` after the answer is sent;
 - ``on_device_label(session, delivery, runtime)`` when a ``ciflow/crcr/<device>``
   label is added: checks appear for the jobs already running or done;
 - ``rerun_for_check(session, delivery, runtime)`` for ``check_run`` ``rerequested``
@@ -21,9 +23,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from crcr.github.checks import (
@@ -35,7 +38,7 @@ from crcr.github.checks import (
     update_check_run,
 )
 from crcr.store.deliveries import PENDING, Delivery, Dispatch
-from crcr.store.jobs import COMPLETED, IN_PROGRESS, CheckRun, Job, ResultsUpload
+from crcr.store.jobs import COMPLETED, IN_PROGRESS, CheckRun, Job, ResultsUpload, utcnow
 
 log = logging.getLogger("crcr.relay.checks")
 
@@ -174,69 +177,136 @@ def _latest_results(session: Session, job: Job) -> ResultsUpload | None:
 
 
 def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
-    """Send ``row``'s desired state to GitHub (create or update). True when GitHub took it."""
+    """Send ``row``'s desired state to GitHub (create or update). True when GitHub took it.
+
+    ``updated_at`` is the row's version: ``plan_check`` bumps it whenever the job moves.
+    The outcome is written only if the version is still the one read here, so a push of
+    an older state that finishes late never marks a newer plan as synced (the newer
+    plan's own push follows). A created check's id is kept either way.
+    """
     job = row.job
+    seen = row.updated_at
     output = render(job, results=_latest_results(session, job), public_url=runtime.settings.public_url)
     status = "completed" if job.state == COMPLETED else ("in_progress" if job.state == IN_PROGRESS else "queued")
     conclusion = conclusion_of(job) if status == "completed" else None
-    row.status, row.conclusion = status, conclusion
+    same_version = (CheckRun.id == row.id) & (CheckRun.updated_at == seen)
+    error: str | None = None
     try:
         gh = runtime.github().client_for_repo(row.upstream_repo)
         if row.github_id is None:
-            row.github_id = create_check_run(
+            new_id = create_check_run(
                 gh, row.upstream_repo, name=row.name, head_sha=row.head_sha, status=status,
                 external_id=job.run_id, details_url=_https(job.url), output=output, conclusion=conclusion,
             )
+            session.execute(update(CheckRun).where(CheckRun.id == row.id, CheckRun.github_id.is_(None))
+                            .values(github_id=new_id, updated_at=CheckRun.updated_at))
         else:
             update_check_run(gh, row.upstream_repo, row.github_id, status=status, output=output,
                              details_url=_https(job.url), conclusion=conclusion)
     except CheckRunError as exc:
-        row.synced, row.last_error = False, exc.message
-        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, exc.message)
-        return False
-    except Exception as exc:  # auth/config problems: recorded, retried by sync_pending, never a 5xx
-        row.synced, row.last_error = False, f"{type(exc).__name__}: {str(exc)[:300]}"
-        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, row.last_error)
-        return False
-    row.synced, row.last_error = True, None
-    return True
+        error = exc.message
+    except Exception as exc:  # auth/config problems: recorded, retried later, never a 5xx
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
+    if error is not None:
+        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, error)
+        session.execute(update(CheckRun).where(same_version).values(last_error=error, updated_at=seen))
+    else:
+        session.execute(update(CheckRun).where(same_version).values(
+            synced=True, last_error=None, status=status, conclusion=conclusion, updated_at=seen))
+    session.refresh(row)
+    return error is None
 
 
-def ensure_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
-    """The check row of ``job`` (created when the job qualifies), pushed to GitHub."""
+def plan_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
+    """The check row of ``job``, created when the job qualifies and marked for a push.
+
+    Cheap for jobs that never get a check (L1/L2, no PR): no query beyond the allowlist.
+    """
     if job.pr_number is None or not job.head_sha:
         return None  # self-scheduled and push runs have no PR to put a check on
+    allowlist = runtime.allowlist.get()
+    level = allowlist.level_of(job.repo)
+    if level not in (3, 4) and not force:
+        return None
     row = session.scalar(select(CheckRun).where(CheckRun.job_id == job.id))
     if row is None:
-        allowlist = runtime.allowlist.get()
-        if not force and not wants_check(allowlist, job.repo, current_labels(session, job)):
+        if not force and not wants_check(allowlist, job.repo, current_labels(session, job) if level == 3 else []):
             return None
         row = CheckRun(job=job, upstream_repo=runtime.settings.upstream_repo,
                        name=check_name(job.repo, job.workflow_name, job.job_name),
                        head_sha=job.head_sha, status="in_progress")
         session.add(row)
-        session.flush()
-    push(session, row, runtime)
+    # the job changed: GitHub must hear about it; the new version outdates any push in flight
+    row.synced, row.updated_at = False, utcnow()
+    session.flush()
     return row
 
 
-def sync_job_check(session: Session, job: Job, runtime: _Runtime) -> CheckRun | None:
-    """Called after an accepted callback (the caller commits).
+def ensure_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
+    """``plan_check`` then push at once (the caller commits)."""
+    row = plan_check(session, job, runtime, force=force)
+    if row is not None:
+        push(session, row, runtime)
+    return row
 
-    When GitHub just took this job's check, it is evidently reachable: a few rows it
-    refused earlier are retried too, so an outage heals with the next callbacks even
-    where no periodic ``sync_pending`` runs.
+
+_row_locks: dict[int, threading.Lock] = {}
+_row_locks_guard = threading.Lock()
+
+
+def _lock_for(row_id: int) -> threading.Lock:
+    """One lock per check row in this process: pushes of a row never overlap."""
+    with _row_locks_guard:
+        if len(_row_locks) > 10_000:  # rows are short-lived; drop idle locks wholesale
+            for key in [k for k, lk in _row_locks.items() if not lk.locked()]:
+                del _row_locks[key]
+        return _row_locks.setdefault(row_id, threading.Lock())
+
+
+def push_planned(runtime: Any, row_id: int) -> bool:
+    """Push one planned row in its own session (run after the callback was answered).
+
+    Pushes of one row are serialised (a per-process lock, and ``FOR UPDATE`` where the
+    database has it) so two quick callbacks of a job cannot both create a check run.
+    When GitHub took it, a few rows it refused earlier are retried too: an outage heals
+    with the next callbacks even where no periodic ``sync_pending`` runs.
     """
-    row = ensure_check(session, job, runtime)
-    if row is not None and row.synced:
-        sync_pending(session, runtime, limit=RETRY_ON_SUCCESS)
-    return row
+    try:
+        with _lock_for(row_id), runtime.sessions() as session:
+            row = session.get(CheckRun, row_id, with_for_update=True, populate_existing=True)
+            if row is None or row.synced:
+                return row is not None
+            ok = push(session, row, runtime)
+            session.commit()
+        if ok:
+            with runtime.sessions() as session:
+                sync_pending(session, runtime, limit=RETRY_ON_SUCCESS)
+        return ok
+    except Exception:  # storage trouble after the answer was sent: the row stays unsynced
+        log.exception("check run %s not pushed", row_id)
+        return False
 
 
 def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> int:
-    """Retry check rows GitHub did not take; returns how many went through."""
-    rows = session.scalars(select(CheckRun).where(CheckRun.synced.is_(False)).order_by(CheckRun.id).limit(limit)).all()
-    return sum(1 for row in rows if push(session, row, runtime))
+    """Retry check rows GitHub did not take; returns how many went through (commits per row).
+
+    A row whose push is under way elsewhere in this process is skipped, and each row is
+    re-read under its lock, so a retry never duplicates a create.
+    """
+    ids = session.scalars(select(CheckRun.id).where(CheckRun.synced.is_(False)).order_by(CheckRun.id).limit(limit)).all()
+    done = 0
+    for row_id in ids:
+        lock = _lock_for(row_id)
+        if not lock.acquire(blocking=False):
+            continue
+        try:
+            row = session.get(CheckRun, row_id, with_for_update=True, populate_existing=True)
+            if row is not None and not row.synced and push(session, row, runtime):
+                done += 1
+            session.commit()
+        finally:
+            lock.release()
+    return done
 
 
 def on_device_label(session: Session, delivery: Delivery, runtime: _Runtime) -> list[CheckRun]:

@@ -264,3 +264,31 @@ def test_check_run_requests_match_githubs_openapi(h, gh):
     for rec in patches:
         jsonschema.validate(rec.body, _schema("PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}"))
     assert patches[-1].body["conclusion"] == "failure"  # an unknown conclusion maps to a valid one
+
+
+def test_a_late_push_of_an_older_state_never_hides_a_newer_one(h, gh, monkeypatch):
+    """in_progress's push is still at GitHub when completed arrives: completed must reach GitHub."""
+    from crcr.contracts.callback import CallbackBody
+    from relay import jobs as jobs_mod
+
+    h.dispatch("d-1", "org/l4repo")
+    real_create = checks.create_check_run
+
+    def create_while_the_job_completes(*args, **kwargs):
+        gid = real_create(*args, **kwargs)
+        with h.runtime.sessions() as s:  # another request commits the newer state meanwhile
+            body = CallbackBody.model_validate(h.body("completed", "d-1", conclusion="failure"))
+            applied = jobs_mod.apply_callback(s, "org/l4repo", body, now=h.clock(), upstream_repo=UPSTREAM,
+                                              commit_lookup=lambda sha: True)
+            checks.plan_check(s, applied.job, h.runtime)
+            s.commit()
+        return gid
+
+    monkeypatch.setattr(checks, "create_check_run", create_while_the_job_completes)
+    h.callback("in_progress", "d-1", repo="org/l4repo")
+    # the late in_progress push kept the check's id but not "synced"; the newer state followed
+    (row,) = h.checks()
+    assert row.synced and row.status == "completed"
+    (run,) = gh.state.check_runs.values()
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
+    assert len(check_posts(gh)) == 1 and len(check_patches(gh)) == 1
