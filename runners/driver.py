@@ -77,6 +77,8 @@ def prepare(options: RunOptions) -> Prepared:
         pick_digest = hashlib.sha256(options.pick.read_bytes()).hexdigest()[:16]
     for path in options.durations:
         sharding.load_test_durations([path])
+    if options.keyword:
+        _check_keyword(options.keyword)
     if options.collect_only and options.inventory is None:
         raise InputError("--collect-only needs --inventory FILE", hint="crcr run --collect-only --inventory inv.json")
     if options.pytorch_src is not None:
@@ -99,6 +101,19 @@ def prepare(options: RunOptions) -> Prepared:
         if out is not None and out.exists() and out.is_dir():
             raise InputError(f"{out} is a directory; give a file path")
     return Prepared(options, root, targets, shard, plan_digest, pick_digest)
+
+
+def _check_keyword(expression: str) -> None:
+    """Refuse a malformed -k before paying for collection (pytest would refuse it after)."""
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:  # pragma: no cover - pytest moved it; the child still reports usage errors
+        return
+    try:
+        Expression.compile(expression)
+    except Exception as exc:  # SyntaxError in pytest 8.4+, ParseError before
+        raise InputError(f"-k {expression!r} is not a valid pytest expression: {getattr(exc, 'msg', exc)}",
+                         hint="e.g. -k 'compare_cpu and float32 and not softmax'") from exc
 
 
 def repro_command(prepared: Prepared, test_id: str) -> str:

@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.results import scrub
+from crcr.errors import InputError
 from runners.errors import CollectionError
 
 # after this many crashes in one run the rest is reported as not run, not retried forever
 MAX_RESTARTS = 200
 _GRACE_S = 30.0
+_PYTEST_USAGE_ERROR = 4
 _POLL_S = 0.1
 
 
@@ -82,10 +84,17 @@ class Supervisor:
             crash_offset = self.crash_path.stat().st_size if self.crash_path.exists() else 0
             self._set_resume(resume)
             returncode, done = self._run_child(started, offset)
+            if done and self.outcome.exitstatus == _PYTEST_USAGE_ERROR:
+                errors = [line for line in self._log_tail().splitlines() if line.startswith("ERROR")]
+                raise InputError("pytest refused the arguments: " + ("; ".join(errors[-3:]) or "usage error"),
+                                 hint="check the -k expression and the --file paths")
             if done:
                 return self.outcome
             if self.outcome.collected is None:
-                tail = self.spec.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
+                tail = self._log_tail()
+                if returncode == _PYTEST_USAGE_ERROR:
+                    raise InputError(f"pytest refused the arguments:\n{tail.strip()}",
+                                     hint="check the -k expression and the --file paths")
                 raise CollectionError(
                     f"pytest died before collecting tests ({_signal_name(returncode)}):\n{tail}",
                     hint="run the same selection with plain pytest to see the import error",
@@ -105,6 +114,12 @@ class Supervisor:
                                   "message": f"not run: {why} ({_signal_name(returncode)})", "duration_s": 0.0})
                 return self.outcome
             resume = remaining
+
+    def _log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.spec.log_path.read_text(encoding="utf-8", errors="replace")[-chars:]
+        except OSError:
+            return ""
 
     def _set_resume(self, resume: list[str] | None) -> None:
         cfg = json.loads(self.spec.config_path.read_text(encoding="utf-8"))

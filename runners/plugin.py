@@ -81,11 +81,11 @@ class CrcrPlugin:
         from runners import selection
 
         total = len(items)
-        keep, deselected = selection.narrow(items, self.cfg)
+        plan = selection.load_plan_or_none(self.cfg)
+        keep, deselected = selection.narrow(items, self.cfg, plan)
         if deselected:
             config.hook.pytest_deselected(items=deselected)
         items[:] = keep
-        plan = selection.load_plan_or_none(self.cfg)
         for item in items:
             if plan is not None:
                 decision = plan.resolve(item.nodeid)

@@ -16,8 +16,11 @@ def load_plan_or_none(cfg: RunConfig) -> Plan | None:
     return load_plan(cfg.plan_dir) if cfg.plan_dir else None
 
 
-def narrow(items: list[Any], cfg: RunConfig) -> tuple[list[Any], list[Any]]:
-    """(kept in run order, deselected). Resume ids > --id > pick > shard."""
+def narrow(items: list[Any], cfg: RunConfig, plan: Plan | None = None) -> tuple[list[Any], list[Any]]:
+    """(kept in run order, deselected). Resume ids > --id > pick > shard.
+
+    Shards weigh tests the plan skips at a millisecond: a skip costs next to nothing.
+    """
     by_id = {item.nodeid: item for item in items}
     if cfg.only_ids_path:
         wanted = json.loads(Path(cfg.only_ids_path).read_text(encoding="utf-8"))
@@ -36,7 +39,10 @@ def narrow(items: list[Any], cfg: RunConfig) -> tuple[list[Any], list[Any]]:
         ids = [i.nodeid for i in keep]
         durations = sharding.load_test_durations(cfg.durations_paths) if cfg.durations_paths else {}
         file_times = sharding.load_file_times() if not durations else {}
-        mine = set(sharding.shard_of(ids, index, count, sharding.weights(ids, durations, file_times)))
+        weighted = sharding.weights(ids, durations, file_times)
+        if plan is not None:
+            weighted = {i: (0.001 if plan.resolve(i).mode == "skip" else w) for i, w in weighted.items()}
+        mine = set(sharding.shard_of(ids, index, count, weighted))
         keep = [i for i in keep if i.nodeid in mine]
     return keep, _rest(items, keep)
 

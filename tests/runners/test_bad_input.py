@@ -79,3 +79,10 @@ def test_matrix_prints_github_actions_json(capsys):
     assert crcr("run", "--matrix", "4") == 0
     matrix = json.loads(capsys.readouterr().out)
     assert [m["shard"] for m in matrix["include"]] == ["1/4", "2/4", "3/4", "4/4"]
+
+
+def test_bad_keyword_expression_is_exit_2(tmp_path, capsys):
+    assert crcr("run", "-k", "float32 and (", *_outputs(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "error[bad-input]: -k 'float32 and (' is not a valid pytest expression" in err
+    _assert_nothing_written(tmp_path)
