@@ -217,7 +217,10 @@ class OidcVerifier:
         if provider.repo_map is not None:
             org, pipeline = claims.get("organization_id"), claims.get("pipeline_id")
             if not isinstance(org, str) or not isinstance(pipeline, str) or not org or not pipeline:
-                raise AuthError("token carries no organization_id/pipeline_id claims")
+                raise AuthError(
+                    "token carries no organization_id/pipeline_id claims: request them with "
+                    "`buildkite-agent oidc request-token --claim organization_id,pipeline_id`"
+                )
             repo = provider.repo_map.get(f"{org}/{pipeline}".lower())
             if repo is None:
                 raise AuthError(f"pipeline {org}/{pipeline} is not mapped to a repository in ci_providers.yml")
