@@ -3,8 +3,9 @@
 Policy (stated here and in docs/selector.md):
 
 - a ``run`` test that fails or errors on the backend becomes ``skip`` when the error
-  says the backend lacks the operation (``NotImplementedError``, "not implemented",
-  "no kernel"), since running it buys nothing; otherwise ``xfail`` (non-strict), so a
+  says the backend lacks the operation or dtype (``NotImplementedError`` and its
+  subclasses such as ``SnpuUnsupportedOpError``, ``SnpuDtypeError``, "not implemented",
+  "unsupported"), since running it buys nothing; otherwise ``xfail`` (non-strict), so a
   later fix shows up as an xpass;
 - an ``xfail``/``xfail_strict`` test that passes (``xpassed``/``passed``) gets a
   promotion proposal (``proposal: run``); its mode stays until a person applies it;
@@ -30,7 +31,10 @@ from crcr.contracts.results import RunResults, TestResult
 from crcr.fileio import atomic_write_text
 from selector.planfiles import merge_plan_text
 
-UNSUPPORTED = re.compile(r"NotImplementedError|not implemented|no kernel|unsupported op|not supported on", re.I)
+# Errors that say the backend lacks the operation or the dtype (snpu: SnpuUnsupportedOpError is a
+# NotImplementedError, SnpuDtypeError a TypeError): running such a test again buys nothing.
+UNSUPPORTED = re.compile(
+    r"NotImplementedError|UnsupportedOp|DtypeError|not implemented|no kernel|unsupported|not supported|refuses", re.I)
 FAILED = ("failed", "error")
 PASSED = ("passed", "xpassed")
 
