@@ -68,21 +68,23 @@ def _lease(runtime: Runtime, kind: str, timeout_s: float) -> dt.timedelta:
     return dt.timedelta(seconds=runtime.settings.dispatch_timeout_s * 3 + 2)
 
 
+def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta):  # -> Update
+    return (
+        update(Dispatch)
+        .where(
+            Dispatch.id == dispatch_id,
+            Dispatch.state.in_(OPEN_STATES),
+            Dispatch.next_attempt_at <= now + CLAIM_SLACK,
+            or_(Dispatch.claimed_until.is_(None), Dispatch.claimed_until < now),
+        )
+        .values(claimed_until=now + lease, updated_at=now)
+    )
+
+
 def claim(runtime: Runtime, dispatch_id: int, lease: dt.timedelta) -> bool:
     """Take the row for one attempt; False when it is done, not due, or held by a live worker."""
-    now = runtime.clock()
     with runtime.sessions.begin() as s:
-        res = s.execute(
-            update(Dispatch)
-            .where(
-                Dispatch.id == dispatch_id,
-                Dispatch.state.in_(OPEN_STATES),
-                Dispatch.next_attempt_at <= now + CLAIM_SLACK,
-                or_(Dispatch.claimed_until.is_(None), Dispatch.claimed_until < now),
-            )
-            .values(claimed_until=now + lease, updated_at=now)
-        )
-        return res.rowcount == 1
+        return s.execute(_claim_stmt(dispatch_id, runtime.clock(), lease)).rowcount == 1
 
 
 def _finish(runtime: Runtime, row_id: int, values: dict[str, Any]) -> None:
@@ -92,23 +94,23 @@ def _finish(runtime: Runtime, row_id: int, values: dict[str, Any]) -> None:
 
 def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
     """Make one attempt at ``dispatch_id``; None when the row was not ours to send."""
-    with runtime.sessions() as s:
-        row = s.get(Dispatch, dispatch_id)
-        if row is None or row.state not in OPEN_STATES:
-            return None
-        kind, target_repo = row.kind, row.target
     allow = runtime.allowlist.get()
-    target = allow.targets.get(target_repo)
-    timeout_s = target.timeout_s if target else runtime.settings.dispatch_timeout_s
-    if not claim(runtime, dispatch_id, _lease(runtime, kind, timeout_s)):
-        return None
-    with runtime.sessions() as s:
+    now = runtime.clock()
+    # claim first (the UPDATE takes the write lock at once; on SQLite a read-then-write
+    # transaction could fail to upgrade), then read the row and its delivery in the same
+    # transaction: one round trip to the database before the send, one after.
+    with runtime.sessions.begin() as s:
+        if s.execute(_claim_stmt(dispatch_id, now, _lease(runtime, "github", 0))).rowcount != 1:
+            return None
         row = s.get(Dispatch, dispatch_id)
+        target = allow.targets.get(row.target)
+        if row.kind == "local" and target is not None:  # a local command may run much longer
+            row.claimed_until = now + _lease(runtime, "local", target.timeout_s)
         delivery = s.get(Delivery, row.delivery_id)
-        attempts = row.attempts + 1
-        with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=target_repo,
-                         dispatch_id=dispatch_id):
-            return _attempt(runtime, row, delivery, target, attempts)
+    attempts = row.attempts + 1
+    with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
+                     dispatch_id=dispatch_id):
+        return _attempt(runtime, row, delivery, target, attempts)
 
 
 def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, attempts: int) -> Outcome:
@@ -173,16 +175,23 @@ def _failed(runtime: Runtime, row: Dispatch, delivery: Delivery, attempts: int, 
     return Outcome(RETRYING, attempts, delay_s=delay, error=failure.message)
 
 
-def due_for_sweep(runtime: Runtime, *, stale_after: dt.timedelta, limit: int = 1000) -> list[int]:
-    """Open rows that should have been attempted by now but are held by nobody."""
+def due_for_sweep(runtime: Runtime, *, stale_after: dt.timedelta, limit: int = 1000,
+                  only_abandoned: bool = False) -> list[int]:
+    """Open rows that should have been attempted by now but are held by nobody.
+
+    ``only_abandoned``: just the rows a worker claimed and never finished (its claim
+    expired), the ones whose task is certainly gone.
+    """
     now = runtime.clock()
+    held = (and_(Dispatch.claimed_until.is_not(None), Dispatch.claimed_until < now) if only_abandoned
+            else or_(Dispatch.claimed_until.is_(None), Dispatch.claimed_until < now))
     with runtime.sessions() as s:
         return list(s.scalars(
             select(Dispatch.id)
             .where(
                 Dispatch.state.in_(OPEN_STATES),
                 Dispatch.next_attempt_at <= now - stale_after,
-                or_(Dispatch.claimed_until.is_(None), Dispatch.claimed_until < now),
+                held,
             )
             .order_by(Dispatch.next_attempt_at, Dispatch.id)
             .limit(limit)

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
+from crcr.queue import queue_depth
 from relay import dispatch
 from relay.runtime import Runtime
 
@@ -59,9 +60,21 @@ def register_tasks(runtime: Runtime) -> Tasks:
 
 
 def sweep_once(runtime: Runtime) -> int:
-    """Re-enqueue every open row that nobody holds and that is overdue; returns how many."""
+    """Re-enqueue open rows whose task was lost; returns how many.
+
+    While the queue still holds tasks, a never-claimed overdue row is most likely just
+    waiting its turn (re-enqueueing it under a backlog would pile up duplicate tasks),
+    so only rows whose claim expired (their worker died mid-attempt) go back. Once the
+    queue is empty, every overdue open row goes back: that also covers a task lost
+    between dequeue and claim, and an enqueue that failed after the intake commit.
+    """
     stale = dt.timedelta(seconds=runtime.settings.sweeper_stale_after_s)
-    ids = dispatch.due_for_sweep(runtime, stale_after=stale)
+    try:
+        backlog = queue_depth(runtime.huey) > 0
+    except Exception:  # queue unreachable: enqueueing would fail too; try next period
+        log.warning("sweeper cannot read the queue depth", exc_info=True)
+        return 0
+    ids = dispatch.due_for_sweep(runtime, stale_after=stale, only_abandoned=backlog)
     if ids:
         dispatch.touch_for_requeue(runtime, ids)
         register_tasks(runtime).enqueue(ids)

@@ -28,10 +28,10 @@ TARGETS = ("org/a", "org/b", "org/c")
 ALLOW = "L1:\n" + "".join(f"  - {t}\n" for t in TARGETS)
 
 
-def _worker(settings, env_extra) -> subprocess.Popen:
+def _worker(settings, env_extra, log) -> subprocess.Popen:
     env = {**os.environ, **env_extra}
     return subprocess.Popen([sys.executable, "-m", "crcr.cli.main", "worker", "--workers", "4", "--no-migrate"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
 @pytest.mark.slow
@@ -53,11 +53,12 @@ def test_sigkilled_worker_loses_nothing(tmp_path, fake_github):
     gh.add_fault("POST", r"/dispatches$", status=502, times=8)
     gh.latency_s = 0.002
     workers: list[subprocess.Popen] = []
+    log = (tmp_path / "worker.log").open("w")
     # the API process: intake plus the sweeper (no consumer: the worker subprocess sends)
     with TestClient(create_app(settings, start_worker=False, start_sweeper=True)) as client:
         runtime = client.app.state.runtime
         try:
-            workers.append(_worker(settings, env))
+            workers.append(_worker(settings, env, log))
             for i in range(N // 2):
                 assert post_webhook(client, "pull_request", pr_payload(number=i), delivery=f"c{i}").status_code == 202
             wait_for(lambda: len(gh.dispatches()) >= 300, timeout=60, what="the worker to be busy")
@@ -70,13 +71,19 @@ def test_sigkilled_worker_loses_nothing(tmp_path, fake_github):
             killed_at = len(gh.dispatches())
             for i in range(N // 2, N):
                 assert post_webhook(client, "pull_request", pr_payload(number=i), delivery=f"c{i}").status_code == 202
-            workers.append(_worker(settings, env))
+            workers.append(_worker(settings, env, log))
 
             def settled() -> bool:
                 with runtime.sessions() as s:
                     return s.scalar(select(func.count()).where(Dispatch.state != "sent")) == 0
 
-            wait_for(settled, timeout=80, what="every dispatch sent")
+            try:
+                wait_for(settled, timeout=80, what="every dispatch sent")
+            except AssertionError:
+                with runtime.sessions() as s:
+                    states = s.execute(select(Dispatch.state, func.count()).group_by(Dispatch.state)).all()
+                tail = (tmp_path / "worker.log").read_text()[-3000:]
+                raise AssertionError(f"not settled: {states}; worker log tail:\n{tail}") from None
         finally:
             for w in workers:
                 if w.poll() is None:

@@ -208,3 +208,16 @@ def test_backoff_grows_is_capped_and_jittered():
     delays = [dispatch.backoff_delay(a, base_s=2, max_s=60, rng=rng) for a in range(1, 9)]
     assert all(1 <= d <= 2 for d in delays[:1]) and all(30 <= d <= 60 for d in delays[5:])
     assert dispatch.backoff_delay(1, base_s=2, max_s=60, retry_after_s=120, rng=rng) == 120
+
+
+def test_sweeper_recovers_a_task_lost_from_the_queue_but_not_one_still_queued(setup):
+    build, clock, _ = setup
+    client, runtime = build(sweeper_stale_after_s=60)
+    post_webhook(client, "pull_request", pr_payload(), delivery="lost")
+    rid = _row(runtime, "lost").id
+    clock.advance(61)
+    sent = []
+    runtime.tasks.send = lambda i: sent.append(i)
+    assert sweep_once(runtime) == 0  # its task is still in the queue: waiting its turn, not lost
+    runtime.huey.flush()  # the task is gone (a worker took it and died before claiming)
+    assert sweep_once(runtime) == 1 and sent == [rid]
