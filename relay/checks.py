@@ -45,6 +45,9 @@ log = logging.getLogger("crcr.relay.checks")
 LABEL_PREFIX = "ciflow/crcr/"
 MAX_FAILED_LISTED = 100
 RETRY_ON_SUCCESS = 3  # unsynced rows retried after a push that went through
+RERUN_ACTION = "rerun"
+# GitHub's requested_action button: label <= 20 chars, description <= 40, identifier <= 20
+RERUN_BUTTON = {"label": "Re-run backend", "description": "Dispatch this upstream event again", "identifier": RERUN_ACTION}
 MAX_NAME_CHARS = 300
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._\- ()\[\]:+=,]")
 
@@ -189,6 +192,8 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
     output = render(job, results=_latest_results(session, job), public_url=runtime.settings.public_url)
     status = "completed" if job.state == COMPLETED else ("in_progress" if job.state == IN_PROGRESS else "queued")
     conclusion = conclusion_of(job) if status == "completed" else None
+    # a button on finished, unsuccessful checks (GitHub's own "Re-run" stays available too)
+    actions = [RERUN_BUTTON] if conclusion in ("failure", "timed_out", "cancelled", "action_required") else []
     same_version = (CheckRun.id == row.id) & (CheckRun.updated_at == seen)
     error: str | None = None
     try:
@@ -197,12 +202,13 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
             new_id = create_check_run(
                 gh, row.upstream_repo, name=row.name, head_sha=row.head_sha, status=status,
                 external_id=job.run_id, details_url=_https(job.url), output=output, conclusion=conclusion,
+                actions=actions,
             )
             session.execute(update(CheckRun).where(CheckRun.id == row.id, CheckRun.github_id.is_(None))
                             .values(github_id=new_id, updated_at=CheckRun.updated_at))
         else:
             update_check_run(gh, row.upstream_repo, row.github_id, status=status, output=output,
-                             details_url=_https(job.url), conclusion=conclusion)
+                             details_url=_https(job.url), conclusion=conclusion, actions=actions)
     except CheckRunError as exc:
         error = exc.message
     except Exception as exc:  # auth/config problems: recorded, retried later, never a 5xx
@@ -347,6 +353,10 @@ def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | No
         payload = json.loads(delivery.payload or "{}")
     except ValueError:
         return None
+    if delivery.action == "requested_action":
+        requested = payload.get("requested_action") if isinstance(payload, dict) else None
+        if not isinstance(requested, dict) or requested.get("identifier") != RERUN_ACTION:
+            return None
     check = payload.get("check_run") if isinstance(payload, dict) else None
     check_id = check.get("id") if isinstance(check, dict) else None
     if not isinstance(check_id, int) or isinstance(check_id, bool):

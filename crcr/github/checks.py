@@ -59,6 +59,7 @@ def create_check_run(
     details_url: str | None,
     output: CheckOutput,
     conclusion: str | None = None,
+    actions: list[dict[str, str]] | None = None,
 ) -> int:
     """``POST /repos/{repo}/check-runs``; returns the check run id."""
     kwargs: dict[str, Any] = {
@@ -72,6 +73,8 @@ def create_check_run(
         kwargs["details_url"] = details_url
     if status == "completed":
         kwargs["conclusion"] = conclusion or "neutral"
+    if actions:
+        kwargs["actions"] = actions
     try:
         run = gh.get_repo(repo).create_check_run(**kwargs)
     except (GithubException, requests.exceptions.RequestException) as exc:
@@ -88,6 +91,7 @@ def update_check_run(
     output: CheckOutput,
     details_url: str | None = None,
     conclusion: str | None = None,
+    actions: list[dict[str, str]] | None = None,
 ) -> None:
     """``PATCH /repos/{repo}/check-runs/{id}`` (no GET first: the client is lazy)."""
     kwargs: dict[str, Any] = {"status": status, "output": output.as_dict()}
@@ -95,6 +99,8 @@ def update_check_run(
         kwargs["details_url"] = details_url
     if status == "completed":
         kwargs["conclusion"] = conclusion or "neutral"
+    if actions is not None:
+        kwargs["actions"] = actions
     try:
         gh.get_repo(repo).get_check_run(int(check_run_id)).edit(**kwargs)
     except (GithubException, requests.exceptions.RequestException) as exc:

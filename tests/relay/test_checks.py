@@ -192,6 +192,26 @@ def test_rerequested_check_run_redispatches_that_backend(h, gh):
         assert s.get(Delivery, "d-1/rerun/1").payload == original.payload
 
 
+def test_failed_check_offers_a_rerun_button_that_redispatches(h, gh):
+    h.dispatch("d-1", "org/l4repo")
+    h.callback("in_progress", "d-1", repo="org/l4repo")
+    assert "actions" not in check_posts(gh)[0].body  # no button while running
+    h.callback("completed", "d-1", repo="org/l4repo", conclusion="failure")
+    (patch,) = check_patches(gh)
+    assert [a["identifier"] for a in patch.body["actions"]] == ["rerun"]
+    (row,) = h.checks()
+    event = copy.deepcopy(CHECK_RERUN)
+    event.update(action="requested_action", requested_action={"identifier": "something-else"})
+    event["check_run"]["id"] = row.github_id
+    event["repository"]["full_name"] = UPSTREAM
+    send_webhook(h, "check_run", event)  # not our button: nothing happens
+    event["requested_action"] = {"identifier": "rerun"}
+    send_webhook(h, "check_run", event)
+    with h.runtime.sessions() as s:
+        reruns = s.scalars(select(Dispatch.delivery_id).where(Dispatch.delivery_id.like("d-1/rerun/%"))).all()
+    assert reruns == ["d-1/rerun/1"]
+
+
 def test_check_run_event_for_a_foreign_check_does_nothing(h, gh):
     event = copy.deepcopy(CHECK_RERUN)
     event["repository"]["full_name"] = UPSTREAM
