@@ -13,7 +13,8 @@ Entry points for the rest of the relay:
 - ``plan_check(session, job, runtime)`` with each accepted callback (committed with
   it), then ``push_planned(runtime, row_id)`` after the answer is sent;
 - ``on_device_label(session, delivery, runtime)`` when a ``ciflow/crcr/<device>``
-  label is added: checks appear for the jobs already running or done;
+  label is added: checks appear for the jobs already running or done (pushed from a
+  background thread: intake must answer GitHub quickly);
 - ``rerun_for_check(session, delivery, runtime)`` for ``check_run`` ``rerequested``
   / ``requested_action``: a new delivery ``<original>/rerun/<n>`` with its dispatch.
 """
@@ -316,7 +317,12 @@ def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> in
 
 
 def on_device_label(session: Session, delivery: Delivery, runtime: _Runtime) -> list[CheckRun]:
-    """A ``ciflow/crcr/<device>`` label was added: checks for that device's L3 jobs on this PR head."""
+    """A ``ciflow/crcr/<device>`` label was added: checks for that device's L3 jobs on this PR head.
+
+    Intake calls this before answering GitHub's webhook (which must be answered within
+    10 s), so the rows are planned and committed here and pushed from a background
+    thread; a push lost with the process is retried like any unsynced row.
+    """
     device = device_of_label(delivery.label)
     if device is None or delivery.pr_number is None:
         return []
@@ -330,10 +336,36 @@ def on_device_label(session: Session, delivery: Delivery, runtime: _Runtime) -> 
     out = []
     for job in jobs:
         if job.repo.lower() in repos and allowlist.level_of(job.repo) == 3:
-            row = ensure_check(session, job, runtime, force=True)
+            row = plan_check(session, job, runtime, force=True)
             if row is not None:
                 out.append(row)
+    session.commit()
+    if out:
+        push_in_background(runtime, [row.id for row in out])
     return out
+
+
+_background: list[threading.Thread] = []
+
+
+def push_in_background(runtime: Any, row_ids: list[int]) -> threading.Thread:
+    """Push planned rows from a daemon thread (see ``wait_for_background``)."""
+
+    def run() -> None:
+        for row_id in row_ids:
+            push_planned(runtime, row_id)
+
+    thread = threading.Thread(target=run, name="crcr-check-push", daemon=True)
+    _background[:] = [t for t in _background if t.is_alive()] + [thread]
+    thread.start()
+    return thread
+
+
+def wait_for_background(timeout_s: float = 30.0) -> bool:
+    """Join background pushes (tests, graceful shutdown); True when none is left running."""
+    for thread in list(_background):
+        thread.join(timeout_s)
+    return not any(t.is_alive() for t in _background)
 
 
 # -- re-runs -------------------------------------------------------------------------------

@@ -118,6 +118,7 @@ def test_label_added_after_dispatch_creates_the_check_from_current_state(h, gh):
     payload["pull_request"]["number"] = 7
     payload["pull_request"]["head"]["sha"] = HEAD_SHA
     send_webhook(h, "pull_request", payload)
+    assert checks.wait_for_background()
     posts = sorted(check_posts(gh), key=lambda p: p.body["name"])
     assert [(p.body["name"], p.body["status"]) for p in posts] == [
         ("crcr/org/l3repo/CI/build", "in_progress"), ("crcr/org/l3repo/CI/test", "completed")]
