@@ -21,6 +21,7 @@ Entry points for the rest of the relay:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import re
@@ -294,13 +295,17 @@ def push_planned(runtime: Any, row_id: int) -> bool:
         return False
 
 
-def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> int:
+def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100, min_age_s: float = 0.0) -> int:
     """Retry check rows GitHub did not take; returns how many went through (commits per row).
 
     A row whose push is under way elsewhere in this process is skipped, and each row is
-    re-read under its lock, so a retry never duplicates a create.
+    re-read under its lock, so a retry never duplicates a create. ``min_age_s`` leaves
+    alone rows planned that recently (their own push, maybe in another process, is due).
     """
-    ids = session.scalars(select(CheckRun.id).where(CheckRun.synced.is_(False)).order_by(CheckRun.id).limit(limit)).all()
+    query = select(CheckRun.id).where(CheckRun.synced.is_(False))
+    if min_age_s > 0:
+        query = query.where(CheckRun.updated_at < utcnow() - dt.timedelta(seconds=min_age_s))
+    ids = session.scalars(query.order_by(CheckRun.id).limit(limit)).all()
     done = 0
     for row_id in ids:
         lock = _lock_for(row_id)
@@ -314,6 +319,16 @@ def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100) -> in
         finally:
             lock.release()
     return done
+
+
+def sweep(runtime: Any, *, min_age_s: float = 60.0, limit: int = 100) -> int:
+    """Periodic safety net (call it from the sweeper): push rows left unsynced for a while."""
+    try:
+        with runtime.sessions() as session:
+            return sync_pending(session, runtime, limit=limit, min_age_s=min_age_s)
+    except Exception:  # storage or GitHub trouble: the next period tries again
+        log.warning("check-run sweep failed", exc_info=True)
+        return 0
 
 
 def on_device_label(session: Session, delivery: Delivery, runtime: _Runtime) -> list[CheckRun]:
