@@ -175,3 +175,22 @@ def test_callbacks_metric_counts_outcomes(h):
     assert 'crcr_callbacks_total{outcome="accepted"} 1.0' in text
     assert 'crcr_callbacks_total{outcome="rejected"} 1.0' in text
     assert 'crcr_callbacks_total{outcome="unauthorized"} 1.0' in text
+
+
+def test_oversized_callback_is_413_without_storing(h):
+    h.dispatch("d-1", "org/l2repo")
+    body = h.body("in_progress", "d-1", failed_tests=["x" * 3000] * 800)
+    r = h.client.post("/callback", json=body, headers=h.issuer.bearer(repository="org/l2repo"))
+    assert r.status_code == 413
+    assert h.jobs() == [] and h.log() == []
+
+
+def test_storage_failure_is_503_not_500(h):
+    from sqlalchemy import text
+
+    h.dispatch("d-1", "org/l2repo")
+    with h.runtime.engine.begin() as conn:
+        conn.execute(text("DROP TABLE callback_log"))
+    r = h.callback("in_progress", "d-1")
+    assert r.status_code == 503
+    assert "storage" in r.json()["error"]
