@@ -64,7 +64,10 @@ class Capabilities:
             parts = op.split(".")
             return any(".".join(parts[:i]) in self.opinfo for i in range(1, len(parts)))
         names = self.aten_names()
-        return op.split(".")[-1] in names or op.replace(".", "_") in names or op.split(".")[0] in names
+        last = op.split(".")[-1]
+        if last.startswith("__r") and last.endswith("__"):
+            last = last[3:-2]  # __radd__ -> add
+        return last in names or op.replace(".", "_") in names or op.split(".")[0] in names
 
     def sweep_failure(self, op: str, dtype: str | None) -> str | None:
         """The error the capability sweep recorded for ``op`` at ``dtype``, if it failed there."""

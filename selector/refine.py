@@ -7,6 +7,8 @@ Policy (stated here and in docs/selector.md):
   subclasses such as ``SnpuUnsupportedOpError``, ``SnpuDtypeError``, "not implemented",
   "unsupported"), since running it buys nothing; otherwise ``xfail`` (non-strict), so a
   later fix shows up as an xpass;
+- a ``skip`` test that passed every time it ran (a run with the plan not applied)
+  becomes ``run``;
 - an ``xfail``/``xfail_strict`` test that passes (``xpassed``/``passed``) gets a
   promotion proposal (``proposal: run``); its mode stays until a person applies it;
 - a test with mixed outcomes on one commit (passed in one run or attempt, failed in
@@ -136,6 +138,12 @@ def refine_entries(plan: Plan, obs: dict[str, list[Observation]], report: Refine
             entry = {"id": rel, "mode": mode, "source": "logs",
                      "reason": f"[logs:failure] {why}: {failing.error or 'failure'} in run {failing.run}",
                      "evidence": _evidence(failing)}
+        elif decision.mode == "skip" and all(o.outcome in PASSED for o in items):
+            # Only a run with the plan not applied executes a skipped test; if it passed every
+            # time, the bot's skip was wrong (a reviewer's skip is kept, below).
+            entry = {"id": rel, "mode": "run", "source": "logs",
+                     "reason": f"[logs:pass] planned skip but passed in run {last.run} ({len(items)} of {len(items)} passed)",
+                     "evidence": _evidence(last)}
         elif decision.mode in ("xfail", "xfail_strict") and last.outcome in PASSED:
             entry = {"id": rel, "mode": decision.mode, "source": "logs", "proposal": "run",
                      "reason": f"[logs:xpass] expected to fail but passed in run {last.run}; proposed for promotion to run",

@@ -146,10 +146,9 @@ class DtypeSupport(Rule):
                 continue
             pattern = f"{_cls_prefix(test)}.*_{re.escape(d)}" if test.method.endswith(f"_{d}") else None
             if d in caps.indexing_dtypes:
-                if not test.op:
-                    continue  # indexing and masks work; the agent reads what the test does
-                return self._d("skip", f"{caps.device} holds {d} for indexing and masks only; it has no {d} compute "
-                               "for OpInfo samples", pattern)
+                # Integer and bool tensors are held natively; whether an op computes in them is
+                # the op's question (op-support, the sweep, or the logs), not the dtype's.
+                continue
             return self._d("skip", f"{caps.device} does not support dtype {d}", pattern)
         return None
 

@@ -49,6 +49,7 @@ def test_refine_failures_xpasses_and_flakes(inventory, caps, disabled, tools, tm
         {"id": DEV + "test_add_plain_snpu", "outcome": "passed"},
         {"id": DEV + "test_matmul_floats_snpu_float32", "outcome": "failed", "error_class": "RuntimeError", "message": "boom"},
         {"id": OPS + "test_compare_cpu_abs_snpu_int32", "outcome": "passed"},
+        {"id": OPS + "test_compare_cpu_cholesky_inverse_snpu_float32", "outcome": "passed"},
     ])
     r2 = _results("run-2", [{"id": OPS + "test_compare_cpu_abs_snpu_int32", "outcome": "failed", "error_class": "AssertionError",
                               "message": "off by one"}])
@@ -70,6 +71,8 @@ def test_refine_failures_xpasses_and_flakes(inventory, caps, disabled, tools, tm
     assert (reviewer.mode, reviewer.source) == ("run", "reviewer")
     assert any("test_matmul_floats_snpu_float32" in c for c in report.reviewer_conflicts)
     assert plan.resolve(DEV + "test_add_plain_snpu").source == "agent"  # a pass confirms; nothing written
+    chol = plan.resolve(OPS + "test_compare_cpu_cholesky_inverse_snpu_float32")  # rules said skip; it passed
+    assert (chol.mode, chol.source) == ("run", "logs") and "planned skip but passed" in chol.reason
     after = accuracy(plan, [r1])
     assert after["accuracy"] > before["accuracy"]
     rows = [json.loads(line) for line in (tmp_path / "history.jsonl").read_text().splitlines()]
