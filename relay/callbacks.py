@@ -160,7 +160,7 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
 
         try:
             body = CallbackBody.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, ValidationError, RecursionError) as exc:  # RecursionError: absurdly deep JSON
             reason = _schema_reason(exc)
             record("rejected", 400, reason)
             return error(400, reason)
@@ -176,18 +176,13 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
             session.rollback()
             return error(503, f"{exc}; try again later")
         job = applied.job
+        # the job's new state, its check-run plan and the log entry commit together
+        row = checks.plan_check(session, job, runtime)
         record("accepted", 200, "; ".join(applied.warnings) or None, body.delivery_id, body.workflow.status, job.id)
         log.info("[e: %s] %s %s/%s/%s: %s -> %s", job.delivery_id, repo, job.run_id, job.run_attempt,
                  job.job_name, applied.previous, job.state)
-        background = None
-        try:
-            row = checks.plan_check(session, job, runtime)
-            session.commit()
-            if row is not None:  # GitHub hears about it after the answer: it never slows the job
-                background = BackgroundTask(checks.push_planned, runtime, row.id)
-        except SQLAlchemyError:
-            session.rollback()
-            log.warning("[e: %s] check run state not saved", job.delivery_id, exc_info=True)
+        # GitHub hears about it after the answer, so a slow GitHub never slows the job
+        background = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
         return JSONResponse({"ok": True, "status": body.workflow.status, "job": applied.as_dict(),
                              "warnings": applied.warnings}, background=background)
 

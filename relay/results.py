@@ -101,6 +101,9 @@ def _store(runtime: Any, ident: Identity, params: dict[str, str], raw: bytes) ->
         except ContractError as exc:
             record("rejected", 400, exc.message, job.id)
             return error(400, exc.message)
+        except RecursionError:  # absurdly deep JSON
+            record("rejected", 400, "results JSON nested too deeply", job.id)
+            return error(400, "results JSON is nested too deeply")
         upload = ResultsUpload(
             job_id=job.id, repo=repo, received_at=now, device=results.run.device[:100],
             upstream_sha=(results.run.upstream_sha or None) and results.run.upstream_sha[:64],

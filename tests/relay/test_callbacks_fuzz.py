@@ -31,7 +31,8 @@ near_valid = st.fixed_dictionaries(
                                                                  "summary", "evidence", "analyzed_at"]),
                                                 json_values, max_size=6) | scalar},
 )
-raw_bodies = st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode())
+raw_bodies = (st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode())
+              | st.sampled_from([b"[" * 100_000, b'{"a":' * 50_000, b'{"delivery_id": "d-1", "workflow": ' + b"[" * 100_000]))
 
 
 def test_callback_bodies_and_headers_never_5xx(tmp_path):
@@ -67,3 +68,15 @@ def test_callback_bodies_and_headers_never_5xx(tmp_path):
         check()
         # only callers with the good token ever reached storage
         assert all(e.repo == "org/l2repo" for e in h.log()[before:])
+
+
+def test_absurdly_deep_json_is_400_not_500(tmp_path):
+    with harness(tmp_path) as h:
+        h.dispatch("d-1", "org/l2repo")
+        h.callback("in_progress", "d-1")
+        headers = h.issuer.bearer(repository="org/l2repo")
+        for deep in (b"[" * 100_000, b'{"delivery_id": "d-1", "workflow": ' + b"[" * 100_000):
+            assert h.client.post("/callback", content=deep, headers=headers).status_code == 400
+            r = h.client.post("/results", params={"delivery_id": "d-1", "run_id": "100", "job_name": "build"},
+                              content=deep, headers=headers)
+            assert r.status_code == 400
