@@ -6,7 +6,7 @@ Importing this package has no side effects (torch is not even imported). Public 
 - ``is_installed()``
 - ``profile()``: context manager collecting per-op counters (cycles, bytes, sticks...).
 - ``fallback_counts()``: ops that ran on the CPU under ``CRCR_SNPU_FALLBACK=cpu``.
-- ``capabilities()``: what the device supports, as written to configs/backends/snpu.yaml.
+- ``capability_document()``: what the device supports (configs/backends/snpu.yaml).
 
 See docs/snpu.md.
 """
@@ -49,8 +49,8 @@ def fallback_counts() -> dict[str, int]:
     return _fallback_counts()
 
 
-def capabilities(**kwargs: Any) -> dict[str, Any]:
-    """The capability document (see ``runners.snpu.capabilities.build``)."""
+def capability_document(**kwargs: Any) -> dict[str, Any]:
+    """The capability document without OpInfo facts (see ``runners.snpu.capabilities.build``)."""
     from runners.snpu.capabilities import build
 
     return build(**kwargs)

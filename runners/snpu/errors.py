@@ -46,7 +46,7 @@ class SnpuPlanError(CrcrError, RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(
-            message, hint="split the work into smaller pieces or raise CRCR_SNPU_SCRATCHPAD_BYTES"
+            message, hint="split the work into smaller pieces or raise CRCR_SNPU_USABLE_SCRATCHPAD_BYTES"
         )
 
 

@@ -153,8 +153,11 @@ def plan_elementwise(
         sticks = sum(_sticks(n, d, machine) for d in dtypes)
         nbytes = sum(_sticks(n, d, machine) * machine.stick_bytes for d in dtypes)
         compute = _sticks(n, out_dtype, machine) * passes
-        cycles = max(compute, _dma_cycles(machine, nbytes, cores)) + machine.tile_overhead_cycles
-        tiles.append(Tile(core, ranges, TileCost(core, cycles, nbytes, sticks, n * bytes_per_elem)))
+        dma = _dma_cycles(machine, nbytes, cores)
+        cycles = max(compute, dma) + machine.tile_overhead_cycles
+        tiles.append(
+            Tile(core, ranges, TileCost(core, cycles, nbytes, sticks, n * bytes_per_elem, dma_cycles=dma))
+        )
     return Plan("elementwise", (split,), tuple(tiles))
 
 
@@ -211,9 +214,12 @@ def plan_rows(
         out_st = nr * out_sticks if last_chunk else 0
         nbytes = (in_st + out_st) * machine.stick_bytes
         compute = in_st * passes
-        cycles = max(compute, _dma_cycles(machine, nbytes, cores)) + machine.tile_overhead_cycles
+        dma = _dma_cycles(machine, nbytes, cores)
+        cycles = max(compute, dma) + machine.tile_overhead_cycles
         scratch = nr * (_ceil(nc, in_unit) * (1 + work_factor) + out_sticks) * machine.stick_bytes
-        tiles.append(Tile(core, ranges, TileCost(core, cycles, nbytes, in_st + out_st, scratch)))
+        tiles.append(
+            Tile(core, ranges, TileCost(core, cycles, nbytes, in_st + out_st, scratch, dma_cycles=dma))
+        )
     return Plan("rows", splits, tuple(tiles))
 
 
@@ -256,9 +262,10 @@ def _matmul_tile_cost(
     # the 8x8 arrays work on 8-row, 8-column blocks: ragged edges waste lanes
     padded = _ceil(m, 8) * 8 * _ceil(n, 8) * 8 * k
     compute = _ceil(padded, machine.macs_per_cycle_per_core(dtype))
-    cycles = max(compute, _dma_cycles(machine, nbytes, active)) + machine.tile_overhead_cycles
+    dma = _dma_cycles(machine, nbytes, active)
+    cycles = max(compute, dma) + machine.tile_overhead_cycles
     scratch = (m * k + k * n) * isz + m * n * 4
-    return TileCost(core, cycles, nbytes, sticks, scratch, macs)
+    return TileCost(core, cycles, nbytes, sticks, scratch, macs, dma_cycles=dma)
 
 
 def _estimate_matmul(
@@ -283,12 +290,19 @@ def _estimate_matmul(
     m, n, k = _ceil(per_m, sm), _ceil(per_n, sn), _ceil(per_k, sk)
     cost = _matmul_tile_cost(machine, dtype, 0, m, n, k, True, True, cb * cm * cn * ck)
     ring = 0 if ck == 1 else (ck - 1) * per_m * per_n * 4 // machine.ring_bytes_per_cycle
-    return per_b * sm * sn * sk * cost.cycles + ring
+    return per_b * sm * sn * sk * cost.cycles + cost.dma_cycles + ring
+
+
+def k_split_allowed(batch: int, m: int, n: int, dtype: torch.dtype, machine: Machine) -> bool:
+    """Whether a matmul may split K across cores: only when M, N and batch run out."""
+    return max(batch, 1) * _ceil(max(m, 1), 8) * _ceil(max(n, 1), machine.stick_elems(dtype)) < machine.cores
 
 
 @functools.lru_cache(maxsize=1024)
 def plan_matmul(batch: int, m: int, n: int, k: int, dtype: torch.dtype, machine: Machine) -> Plan:
     """Plan ``batch`` products of (m x k) @ (k x n): split batch, M and N across cores, K last."""
+    if batch * m * n * k == 0:
+        return Plan("matmul", (), ())  # nothing to multiply: no tiles, no cost
     shape = _MatmulShape(batch, m, n, k)
     isz = _itemsize(dtype)
     st = machine.stick_elems(dtype)
@@ -304,12 +318,11 @@ def plan_matmul(batch: int, m: int, n: int, k: int, dtype: torch.dtype, machine:
             for cn in pow2:
                 if cb * cm * cn > machine.cores or cn > n_units:
                     break
-                # K is split across cores only with cores M, N and batch left unused
-                ck_options = [1] + [c for c in pow2[1:] if cb * cm * cn * c <= machine.cores and c <= k_units]
-                if cb * cm * cn * 2 <= machine.cores // 2:
-                    pass
-                else:
-                    ck_options = [1]
+                # K is split across cores only when batch x M x N cannot give every core
+                # an 8-row, one-stick block of its own
+                ck_options = [1]
+                if k_split_allowed(batch, m, n, dtype, machine):
+                    ck_options += [c for c in pow2[1:] if cb * cm * cn * c <= machine.cores and c <= k_units]
                 per_m = _ceil(max(m, 1), cm)
                 per_n = _ceil(n_units, cn) * st
                 for ck in ck_options:
@@ -396,7 +409,7 @@ def plan_attention(
     best = None
     for lq in (lq_total, 512, 256, 128, 64, 32, 16, 8):
         lq = min(lq, lq_total)
-        for sc in (_ceil(s, st) * st, 1024, 512, 256, 128, 64):
+        for sc in (_ceil(s, st) * st, 1024, 512, 256, 128, 64, st):
             sc = min(sc, _ceil(s, st) * st)
             if _attention_footprint(lq, sc, e, ev, isz) <= machine.usable_scratchpad_bytes:
                 best = (lq, sc)
@@ -428,7 +441,10 @@ def plan_attention(
         nbytes = sticks * machine.stick_bytes
         padded = _ceil(rows, 8) * 8 * _ceil(chunk, 8) * 8 * (e + ev)
         compute = _ceil(padded, machine.macs_per_cycle_per_core(dtype)) + 4 * _ceil(rows * chunk, st)
-        cycles = max(compute, _dma_cycles(machine, nbytes, active)) + machine.tile_overhead_cycles
+        dma = _dma_cycles(machine, nbytes, active)
+        cycles = max(compute, dma) + machine.tile_overhead_cycles
         scratch = _attention_footprint(rows, chunk, e, ev, isz)
-        tiles.append(Tile(core, ranges, TileCost(core, cycles, nbytes, sticks, scratch, macs)))
+        tiles.append(
+            Tile(core, ranges, TileCost(core, cycles, nbytes, sticks, scratch, macs, dma_cycles=dma))
+        )
     return Plan("attention", splits, tuple(tiles))

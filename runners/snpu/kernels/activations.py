@@ -56,9 +56,6 @@ SPECIAL = (
     "selu_",
     "softplus",
     "softplus_backward",
-    "log_sigmoid_forward",
-    "log_sigmoid_backward",
-    "glu",
     "tanhshrink",
 )
 

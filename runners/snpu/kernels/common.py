@@ -78,12 +78,28 @@ def record_simple(op: str, nbytes: int, sticks: int = 0, cycles: int | None = No
     )
 
 
-def to_meta(x: Any) -> Any:
+def meta_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The op's output on meta tensors: its shape and dtype, PyTorch's own checks."""
+    if func._schema.is_mutable:
+        # never run an in-place op on real data just to learn its shape
+        return func(*to_meta(args, scalars=True), **to_meta(kwargs, scalars=True))
+    try:
+        return func(*to_meta(args), **to_meta(kwargs))
+    except RuntimeError as exc:
+        if "meta" not in str(exc):
+            raise
+        # a few meta kernels refuse CPU scalars next to meta tensors: move those too
+        return func(*to_meta(args, scalars=True), **to_meta(kwargs, scalars=True))
+
+
+def to_meta(x: Any, scalars: bool = False) -> Any:
     if isinstance(x, torch.Tensor):
+        if scalars:
+            return x.to("meta")
         # CPU scalars stay as they are: meta kernels accept them and promotion needs them
         return x if x.dim() == 0 and x.device.type == "cpu" else x.to("meta")
     if isinstance(x, (list, tuple)):
-        return type(x)(to_meta(v) for v in x)
+        return type(x)(to_meta(v, scalars) for v in x)
     return x
 
 
@@ -101,7 +117,10 @@ def rows_view(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, tuple[int, ...]]
     moved = x.movedim(dim, -1) if x.dim() else x.reshape(1)
     shape = tuple(moved.shape)
     length = shape[-1] if shape else 1
-    return moved.reshape(-1, length), shape
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    return moved.reshape(rows, length), shape
 
 
 def unrows(y2: torch.Tensor, moved_shape: tuple[int, ...], dim: int, ndim: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, run, to_meta
+from runners.snpu.kernels.common import load, meta_call, run
 from runners.snpu.planner import plan_elementwise
 
 # vector-unit passes per output stick: arithmetic is one pass, the special-function
@@ -183,7 +183,7 @@ def _inplace_names(names: tuple[str, ...]) -> tuple[str, ...]:
 def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes: int = 1) -> Any:
     """Run an elementwise op tile by tile over the flat output."""
     m = machine.current()
-    meta_out = func(*to_meta(args), **to_meta(kwargs))
+    meta_out = meta_call(func, args, kwargs)
     mutates = func._schema.is_mutable
     target = args[0] if mutates else None
     shape = meta_out.shape

@@ -17,8 +17,12 @@ from runners.snpu.kernels.common import load, run
 from runners.snpu.planner import plan_matmul
 
 
-def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tensor:
-    """(B, M, K) @ (B, K, N) tile by tile; returns (B, M, N) in the inputs' dtype."""
+def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = False) -> torch.Tensor:
+    """(B, M, K) @ (B, K, N) tile by tile; returns (B, M, N) in the inputs' dtype.
+
+    With ``keep_acc`` the fp32 accumulator is returned as is, for a bias to be added
+    before the single rounding to the output dtype (as the arrays drain).
+    """
     m = machine.current()
     batch, mm, k = a.shape
     n = b.shape[2]
@@ -38,7 +42,7 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tensor:
             bt = load(b, (slice(b0, b1), slice(k0, k1), slice(n0, n1))).to(acc_dtype)
             acc[b0:b1, m0:m1, n0:n1] += torch.bmm(at, bt)
     run(plan, op)
-    return acc.to(out_dtype)
+    return acc if keep_acc else acc.to(out_dtype)
 
 
 def _check_matmul_dtypes(a: torch.Tensor, b: torch.Tensor, op: str) -> None:
@@ -68,11 +72,16 @@ def addmm(func: Any, args: tuple, kwargs: dict) -> Any:
     beta = kwargs.get("beta", 1)
     alpha = kwargs.get("alpha", 1)
     meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
-    prod = batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name())[0]
-    # the bias is added by the vector unit as the accumulator drains
-    out = prod * alpha if alpha != 1 else prod
+    prod = batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name(), keep_acc=True)[0]
+    return _drain(prod, bias, alpha, beta, meta)
+
+
+def _drain(acc: torch.Tensor, bias: torch.Tensor, alpha: Any, beta: Any, meta: torch.Tensor) -> torch.Tensor:
+    """alpha * acc + beta * bias in the accumulator's precision, rounded once."""
+    out = acc * alpha if alpha != 1 else acc
     if beta != 0:
-        out = out + (bias * beta if beta != 1 else bias)
+        b = bias.to(acc.dtype)
+        out = out + (b * beta if beta != 1 else b)
     return out.to(meta.dtype).expand(meta.shape).contiguous()
 
 
@@ -82,11 +91,7 @@ def baddbmm(func: Any, args: tuple, kwargs: dict) -> Any:
     beta = kwargs.get("beta", 1)
     alpha = kwargs.get("alpha", 1)
     meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
-    prod = batched_matmul(a, b, func.name())
-    out = prod * alpha if alpha != 1 else prod
-    if beta != 0:
-        out = out + (bias * beta if beta != 1 else bias)
-    return out.to(meta.dtype).expand(meta.shape).contiguous()
+    return _drain(batched_matmul(a, b, func.name(), keep_acc=True), bias, alpha, beta, meta)
 
 
 @register("mv", category="matmul")

@@ -45,7 +45,24 @@ def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dty
 def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim, half_to_float = args[0], args[1], args[2]
     meta = func(x.to("meta"), dim, half_to_float)
-    return _rowwise(func.name(), [x], dim, meta.dtype, lambda b: func(b, -1, half_to_float))
+    last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
+    log = func._schema.name == "aten::_log_softmax"
+
+    def tile(b: torch.Tensor) -> torch.Tensor:
+        if last or b.dtype not in (torch.float16, torch.bfloat16):
+            return func(b, -1, half_to_float)
+        # rows gathered across a non-last dim: work in fp32 and round once, as the CPU
+        # reference does along such a dim (max, shifted exp-sum, log)
+        wide = b.float()
+        shifted = wide - wide.amax(dim=-1, keepdim=True)
+        if log:
+            out = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+        else:
+            e = torch.exp(shifted)
+            out = e / e.sum(dim=-1, keepdim=True)
+        return out.to(meta.dtype)
+
+    return _rowwise(func.name(), [x], dim, meta.dtype, tile)
 
 
 @register("_safe_softmax", category="softmax")

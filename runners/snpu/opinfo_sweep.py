@@ -1,0 +1,143 @@
+"""Run upstream OpInfo samples on snpu and compare them with the CPU.
+
+Used by ``crcr snpu capabilities`` (which OpInfo entries snpu covers, per dtype), by the
+coverage benchmark and, on a deterministic subset of samples, by the test suite. Every
+op is tried in-process: an exception is a failure of that op with its error class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass
+class OpOutcome:
+    """One OpInfo entry in one dtype: passed, failed (with why) or not applicable."""
+
+    name: str
+    dtype: str
+    status: str  # "pass" | "fail" | "n/a"
+    samples: int = 0
+    error: str | None = None
+    message: str | None = None
+
+
+@dataclass
+class SweepResult:
+    outcomes: list[OpOutcome] = field(default_factory=list)
+
+    def passing(self, dtype: str) -> list[str]:
+        return sorted(o.name for o in self.outcomes if o.dtype == dtype and o.status == "pass")
+
+    def failing(self, dtype: str) -> dict[str, str]:
+        return {o.name: o.error or "" for o in self.outcomes if o.dtype == dtype and o.status == "fail"}
+
+
+def opinfo_name(op: Any) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def tolerances(dtype: torch.dtype) -> dict[str, float]:
+    """The dtype's usual tolerances (PyTorch's assert_close defaults)."""
+    return {
+        torch.float32: {"rtol": 1.3e-6, "atol": 1e-5},
+        torch.float16: {"rtol": 1e-3, "atol": 1e-5},
+        torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-5},
+    }.get(dtype, {"rtol": 0.0, "atol": 0.0})
+
+
+def to_device(sample: Any, device: str) -> Any:
+    return sample.transform(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
+
+
+def compare(actual: Any, expected: Any, dtype: torch.dtype) -> None:
+    """assert_close over nested outputs, after moving snpu results to the CPU."""
+
+    def cpu(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.cpu() if x.device.type != "cpu" else x
+        if isinstance(x, (list, tuple)):
+            return type(x)(cpu(v) for v in x)
+        return x
+
+    tol = tolerances(dtype)
+    # matmul-like ops accumulate in a different order: allow the reduced-precision slack
+    # upstream grants such ops on accelerators
+    torch.testing.assert_close(
+        cpu(actual), expected, equal_nan=True, check_device=False, check_stride=False, **tol
+    )
+
+
+def run_sample(op: Any, sample: Any, dtype: torch.dtype) -> None:
+    """Run one sample on the CPU and on snpu; raise if they differ."""
+    expected = op(sample.input, *sample.args, **sample.kwargs)
+    dev = to_device(sample, "snpu")
+    actual = op(dev.input, *dev.args, **dev.kwargs)
+    compare(actual, expected, dtype)
+
+
+def samples_for(op: Any, dtype: torch.dtype, limit: int | None) -> Iterator[Any]:
+    torch.manual_seed(0)
+    for i, sample in enumerate(op.sample_inputs("cpu", dtype, requires_grad=False)):
+        if limit is not None and i >= limit:
+            return
+        yield sample
+
+
+@contextlib.contextmanager
+def _no_fallback() -> Iterator[None]:
+    old = os.environ.pop("CRCR_SNPU_FALLBACK", None)
+    try:
+        yield
+    finally:
+        if old is not None:
+            os.environ["CRCR_SNPU_FALLBACK"] = old
+
+
+def sweep(
+    ops: list[Any] | None = None,
+    dtypes: tuple[torch.dtype, ...] = DTYPES,
+    sample_limit: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SweepResult:
+    """Try every OpInfo entry (or ``ops``) in ``dtypes`` on snpu."""
+    from runners.snpu import install
+
+    install()
+    if ops is None:
+        from torch.testing._internal.common_methods_invocations import op_db
+
+        ops = list(op_db)
+    result = SweepResult()
+    with _no_fallback():
+        for op in ops:
+            name = opinfo_name(op)
+            if progress:
+                progress(name)
+            supported = op.supported_dtypes("cpu")
+            for dtype in dtypes:
+                dname = str(dtype).removeprefix("torch.")
+                if dtype not in supported:
+                    result.outcomes.append(OpOutcome(name, dname, "n/a"))
+                    continue
+                outcome = OpOutcome(name, dname, "pass")
+                try:
+                    for sample in samples_for(op, dtype, sample_limit):
+                        outcome.samples += 1
+                        run_sample(op, sample, dtype)
+                except Exception as exc:  # any failure is this op's outcome, not the sweep's
+                    outcome.status = "fail"
+                    outcome.error = type(exc).__name__
+                    outcome.message = str(exc).splitlines()[0][:300] if str(exc) else ""
+                if outcome.samples == 0 and outcome.status == "pass":
+                    outcome.status = "n/a"
+                result.outcomes.append(outcome)
+    return result
