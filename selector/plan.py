@@ -98,10 +98,23 @@ class DecisionCache:
         ))
 
 
+def _code_digest(agent: Agent) -> str:
+    """The deciding code itself: editing a rule or the agent invalidates cached decisions."""
+    import inspect
+
+    from selector import rules
+
+    parts = [Path(rules.__file__).read_bytes()]
+    agent_file = inspect.getsourcefile(type(agent))
+    if agent_file:
+        parts.append(Path(agent_file).read_bytes())
+    return digest(*parts)
+
+
 def context_digest(caps: Capabilities, disabled: DisabledTests | None, agent: Agent) -> str:
     disabled_digest = hashlib.sha256(disabled.path.read_bytes()).hexdigest()[:16] if disabled else "-"
     model = getattr(agent, "model", "")
-    return digest(CACHE_VERSION, RULES_VERSION, caps.digest, disabled_digest, agent.name, model)
+    return digest(CACHE_VERSION, RULES_VERSION, _code_digest(agent), caps.digest, disabled_digest, agent.name, model)
 
 
 def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, tools: Tools,

@@ -10,6 +10,7 @@ what was read and which calls decided it.
 from __future__ import annotations
 
 import ast
+import re
 
 from crcr.contracts.inventory import InventoryTest
 from selector.agent.base import AgentAnswer, Usage
@@ -28,6 +29,12 @@ NEUTRAL = frozenset(
     uniform_ normal_ zero_ sum mean""".split()
 )
 _TORCH_ROOTS = {"torch", "F", "nn"}
+
+
+def snake(name: str) -> str:
+    """``AdaptiveAvgPool1d`` -> ``adaptive_avg_pool1d`` (how aten names a module's functional op)."""
+    out = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+    return re.sub(r"_(\d)", r"\1", out)
 
 
 def torch_calls(fn: ast.FunctionDef) -> list[str]:
@@ -64,6 +71,9 @@ class OfflineAgent:
         tools.read_capabilities()
         cap_ref = f"capability file {tools.caps.digest[:8]}"
         for test in tests:
+            if "module" in test.features and test.op:
+                answers[test.id] = self._module(test, tools, cap_ref)
+                continue
             fn = tools.test_function(test.id)
             if fn is None:
                 answers[test.id] = AgentAnswer(
@@ -99,3 +109,19 @@ class OfflineAgent:
                            "creation and checks",
                 )
         return answers, Usage()
+
+    def _module(self, test: InventoryTest, tools: Tools, cap_ref: str) -> AgentAnswer:
+        """A ModuleInfo test: is the module's functional op among the backend's aten ops?"""
+        name = test.op.rsplit(".", 1)[-1]
+        op = snake(name)
+        candidates = [f"nn.functional.{op}", f"nn.functional.{name.lower()}", op, name.lower(), f"native_{op}"]
+        tools.calls.append(f"read_capabilities(ops={candidates})")
+        hit = next((c for c in candidates if tools.supports(c)), None)
+        if hit:
+            op = hit
+            return AgentAnswer(id=test.id, mode="run", confidence="medium",
+                               reason=f"[agent:offline] read {cap_ref}: module {test.op} computes through {op}, "
+                                      f"which {tools.caps.device} supports")
+        return AgentAnswer(id=test.id, mode="skip", confidence="low",
+                           reason=f"[agent:offline] read {cap_ref}: module {test.op} would need {op} (or its "
+                                  f"functional form), which {tools.caps.device} does not list")
