@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -25,13 +26,17 @@ DEFAULT_OPS = ("add,mul,sub,div,abs,neg,exp,log,sqrt,rsqrt,sin,cos,sum,mean,amax
                "softmax,log_softmax,nn.functional.layer_norm,nn.functional.linear,nn.functional.embedding")
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process tree: user + system)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
         sys.exit(f"{argv[:4]} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    return elapsed
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -49,19 +54,23 @@ def main() -> None:
         crcr = [sys.executable, "-m", "crcr.cli.main", "run", "--device", "cpu", "-k", args.k,
                 "--results", f"{tmp}/r.json", "--junit", f"{tmp}/j.xml"]
         timed(plain, env, EMBEDDED_ROOT)  # warm the file cache for both
-        plain_s, crcr_s = [], []
+        plain_runs, crcr_runs = [], []
         for _ in range(args.repeats):
-            plain_s.append(timed(plain, env, EMBEDDED_ROOT))
-            crcr_s.append(timed(crcr, env, Path(tmp)))
+            plain_runs.append(timed(plain, env, EMBEDDED_ROOT))
+            crcr_runs.append(timed(crcr, env, Path(tmp)))
         from crcr.contracts.results import load_results
 
-        tests = len(load_results(f"{tmp}/r.json").tests)
-    p, c = statistics.median(plain_s), statistics.median(crcr_s)
-    print(f"selection: {tests} tests (ops {args.ops}; -k {args.k!r})")
-    print(f"plain pytest: median {p:.2f} s, min {min(plain_s):.2f} s  {['%.2f' % s for s in plain_s]}")
-    print(f"crcr run:     median {c:.2f} s, min {min(crcr_s):.2f} s  {['%.2f' % s for s in crcr_s]}")
-    # on a shared machine noise only adds time: the ratio of minima is the steadier figure
-    print(f"ratio crcr/plain: median {c / p:.3f}, min {min(crcr_s) / min(plain_s):.3f}")
+        results = load_results(f"{tmp}/r.json")
+    counts = {k: v for k, v in results.counts().items() if v}
+    print(f"selection: {len(results.tests)} tests {counts} (ops {args.ops}; -k {args.k!r})")
+    for label, index in (("wall", 0), ("cpu", 1)):
+        p = [r[index] for r in plain_runs]
+        c = [r[index] for r in crcr_runs]
+        print(f"{label:>4}: plain pytest median {statistics.median(p):.2f} s min {min(p):.2f} s | "
+              f"crcr run median {statistics.median(c):.2f} s min {min(c):.2f} s | "
+              f"ratio median {statistics.median(c) / statistics.median(p):.3f}, min {min(c) / min(p):.3f}")
+    # on a shared machine wall time swings with other load; CPU time of the process tree
+    # (user + system) is the steadier measure of what crcr adds
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ With ``--collect-only`` it writes the inventory (``runners.inventory``) instead.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -117,13 +118,13 @@ class CrcrPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:
-
         item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
         self.emit("start", id=item.nodeid, t=time.time())
         started = time.perf_counter()
         attempts: list[str] = []
         counters = self._counters() if self._counters else None
-        with counters if counters is not None else _nullcontext():
+        # counters cover every attempt of the test (a rerun costs device time too)
+        with counters if counters is not None else contextlib.nullcontext():
             reports = self._attempt(item, nextitem)
             verdict = outcomes.classify(reports)
             attempts.append(verdict.outcome)
@@ -171,14 +172,6 @@ class CrcrPlugin:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.emit("done", exitstatus=int(exitstatus))
         self._events.close()
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _reset_privateuse1_naming() -> None:

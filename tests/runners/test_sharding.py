@@ -69,3 +69,19 @@ def test_bad_shard_specs_are_input_errors(spec):
 
 def test_matrix_lists_every_shard():
     assert [m["shard"] for m in sharding.matrix(3)["include"]] == ["1/3", "2/3", "3/3"]
+
+
+def test_previous_results_give_per_test_durations(tmp_path):
+    from crcr.contracts.results import RunMeta, RunResults, TestResult
+
+    old = RunResults(run=RunMeta(run_id="a", device="snpu"), tests=[
+        TestResult(id="test/test_ops.py::A::slow", outcome="passed", duration_s=9.0),
+        TestResult(id="test/test_ops.py::A::fast", outcome="failed", duration_s=1.0),
+        TestResult(id="test/test_ops.py::A::skipped", outcome="skipped", duration_s=0.0),
+    ])
+    old.write(tmp_path / "old.json")
+    durations = sharding.load_test_durations([tmp_path / "old.json"])
+    assert durations == {"test/test_ops.py::A::slow": 9.0, "test/test_ops.py::A::fast": 1.0}
+    ids = ["test/test_ops.py::A::slow", "test/test_ops.py::A::fast", "test/test_ops.py::A::new"]
+    shards = sharding.assign(sharding.weights(ids, durations), 2)
+    assert ["test/test_ops.py::A::slow"] in shards  # the slow test gets a shard of its own
