@@ -284,6 +284,11 @@ def test_check_run_requests_match_githubs_openapi(h, gh):
     for rec in patches:
         jsonschema.validate(rec.body, _schema("PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}"))
     assert patches[-1].body["conclusion"] == "failure"  # an unknown conclusion maps to a valid one
+    # and what the fake answered (the check run as GitHub would return it) matches the spec too
+    from tests.relay.test_fake_github import validate
+
+    for run in gh.state.check_runs.values():
+        validate("PATCH /repos/{owner}/{repo}/check-runs/{check_run_id}", 200, run)
 
 
 def test_a_late_push_of_an_older_state_never_hides_a_newer_one(h, gh, monkeypatch):
