@@ -159,11 +159,18 @@ class OidcVerifier:
         with self._lock:
             cached = self._keys.get(provider.issuer)
             now = self._clock()
-            if cached is None or now - cached.fetched_at > self.jwks_ttl_s:
+            expired = cached is not None and now - cached.fetched_at > self.jwks_ttl_s
+            # rotation: an unknown kid may be a key the issuer published since the last fetch
+            rotated = cached is not None and kid not in cached.keys and now - cached.fetched_at >= MIN_REFETCH_S
+            if cached is None:
                 cached = self._keys[provider.issuer] = self._fetch(provider)
-            elif kid not in cached.keys and now - cached.fetched_at >= MIN_REFETCH_S:
-                # rotation: the issuer may have published a key we have not seen yet
-                cached = self._keys[provider.issuer] = self._fetch(provider)
+            elif expired or rotated:
+                try:
+                    cached = self._keys[provider.issuer] = self._fetch(provider)
+                except AuthError:
+                    # the issuer is unreachable: keep verifying with the keys we have, and ask
+                    # again after MIN_REFETCH_S rather than on every request
+                    cached.fetched_at = now - self.jwks_ttl_s + MIN_REFETCH_S
             key = cached.keys.get(kid)
         if key is None:
             raise AuthError(f"token signed with unknown key id for issuer {provider.issuer}")

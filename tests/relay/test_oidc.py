@@ -177,3 +177,20 @@ def test_none_algorithm_is_refused():
                            None, algorithm="none", headers={"kid": issuer.kid})
         with pytest.raises(AuthError):
             v.verify(f"Bearer {token}")
+
+
+def test_expired_jwks_cache_survives_an_issuer_outage():
+    with FakeIssuer() as issuer:
+        t = [1000.0]
+        v = OidcVerifier([Provider(issuer.url, issuer.jwks_uri)], AUD, jwks_ttl_s=600, clock=lambda: t[0])
+        assert v.verify("Bearer " + issuer.mint()).repo == "org/repo"
+        issuer.fail = True
+        t[0] += 700  # past the TTL, and the issuer answers 503
+        assert v.verify("Bearer " + issuer.mint()).repo == "org/repo"  # the known key still verifies
+        requests = issuer.requests
+        v.verify("Bearer " + issuer.mint())
+        assert issuer.requests == requests  # no refetch on every request while it is down
+        t[0] += 11
+        issuer.fail = False
+        issuer.rotate()
+        assert v.verify("Bearer " + issuer.mint()).repo == "org/repo"  # back up: new keys fetched
