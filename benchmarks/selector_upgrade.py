@@ -60,7 +60,7 @@ def main() -> None:
         first = run_plan(tests, backend=caps.backend, out_dir=out, caps=caps, disabled=dis, agent=agent,
                          tools=Tools(caps, tests.by_id()), data_dir=data)
         t_full = time.perf_counter() - t0
-        upgraded = with_new_opinfo(tests, new)
+        upgraded = with_new_opinfo(tests, old, new)
         t0 = time.perf_counter()
         second = run_plan(upgraded, backend=caps.backend, out_dir=out, caps=caps, disabled=dis, agent=agent,
                           tools=Tools(caps, upgraded.by_id()), data_dir=data)

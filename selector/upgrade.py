@@ -66,22 +66,26 @@ def project_opinfo(op_diff: InventoryDiff, tests: Inventory) -> InventoryDiff:
     return out
 
 
-def with_new_opinfo(tests: Inventory, new_ops: Inventory) -> Inventory:
-    """``tests`` with each test's OpInfo fingerprint taken from another version's OpInfo inventory.
+def with_new_opinfo(tests: Inventory, old_ops: Inventory, new_ops: Inventory) -> Inventory:
+    """``tests`` as the new torch version would have them, from two OpInfo-level inventories.
 
-    This is the statically upgraded test inventory: the same tests, fingerprinted against the
-    new version's OpInfo entries, so the plan cache re-classifies exactly the changed ones.
+    A test whose op's entry changed gets a new fingerprint (its old one combined with the new
+    entry's); tests of unchanged ops keep theirs, so the plan cache re-classifies exactly the
+    tests of added or changed ops; tests of removed ops are dropped.
     """
     from selector.fingerprint import combine
 
-    fps = {t.op: t.fingerprint for t in new_ops.tests if t.op}
+    old_fps = {t.op: t.fingerprint for t in old_ops.tests if t.op}
+    new_fps = {t.op: t.fingerprint for t in new_ops.tests if t.op}
     out = []
     for t in tests.tests:
-        if t.op and t.op in fps:
-            op_fp = fps[t.op]
-            out.append(t.model_copy(update={"opinfo_fingerprint": op_fp, "fingerprint": combine([t.source_fingerprint, op_fp])}))
-        elif t.op:
-            continue  # the op no longer exists in the new version
-        else:
+        if not t.op or (t.op not in old_fps and t.op not in new_fps):
+            out.append(t)  # not an OpInfo test (or an op neither version defines statically)
+        elif t.op not in new_fps:
+            continue  # the op's entry is gone in the new version
+        elif old_fps.get(t.op) == new_fps[t.op]:
             out.append(t)
+        else:
+            out.append(t.model_copy(update={"opinfo_fingerprint": new_fps[t.op],
+                                            "fingerprint": combine([t.fingerprint, new_fps[t.op]])}))
     return tests.model_copy(update={"tests": out, "torch_version": new_ops.torch_version})

@@ -269,7 +269,7 @@ def upgrade_cmd(
     from selector.inventory.sources import TorchSources, installed_torch_dir
     from selector.plan import run_plan
 
-    target = new if new.granularity == "test" else (with_new_opinfo(test_inv, new) if test_inv else None)
+    target = new if new.granularity == "test" else (with_new_opinfo(test_inv, old, new) if test_inv else None)
     if target is None:
         raise InputError("an OpInfo-level upgrade needs --tests INVENTORY to re-plan", hint="pass the test-level inventory")
     out_dir = out or Path("configs/selections") / backend

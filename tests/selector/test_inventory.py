@@ -147,3 +147,22 @@ def test_opdb_fixture_matches_installed_torch_shape():
     # The fixture op table is a slice of what load_opdb builds; keep them in step.
     data = json.loads((FIX / "opdb.json").read_text())
     assert data["cache_version"] == 1 and "add" in data["ops"] and "op_db" in data["lists"]
+
+
+def test_opinfo_change_projects_onto_tests_and_only_those_change(tmp_path):
+    from crcr.contracts.inventory import Inventory, InventoryTest
+    from selector.upgrade import project_opinfo, with_new_opinfo
+
+    old = opinfo_inventory(TorchSources(_fake_torch(tmp_path / "2.13.0", OLD_CMI)))
+    new = opinfo_inventory(TorchSources(_fake_torch(tmp_path / "2.14.1", NEW_CMI)))
+    tests = Inventory(source="embedded", tests=[
+        InventoryTest(id=f"test/test_ops.py::TestCommonPRIVATEUSE1::test_x_{op}_snpu_float32", file="test/test_ops.py",
+                      cls="TestCommonPRIVATEUSE1", method=f"test_x_{op}_snpu_float32", op=op, fingerprint=f"fp-{op}")
+        for op in ("add", "mul", "qr")
+    ] + [InventoryTest(id="test/test_nn.py::TestNN::test_plain", file="test/test_nn.py", method="test_plain",
+                       fingerprint="fp-plain")])
+    projected = project_opinfo(compare(old, new), tests)
+    assert projected.counts() == {"added": 0, "removed": 1, "changed": 1, "unchanged": 2}
+    upgraded = {t.op or t.method: t.fingerprint for t in with_new_opinfo(tests, old, new).tests}
+    assert upgraded["add"] == "fp-add" and upgraded["test_plain"] == "fp-plain"
+    assert upgraded["mul"] != "fp-mul" and "qr" not in upgraded
