@@ -39,7 +39,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         register_tasks(runtime)
         consumer = sweeper = None
         if start_worker:
-            consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers)
+            consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers, wakeup=runtime.wakeup)
             consumer.start()
         if start_sweeper:
             sweeper = Sweeper(runtime)

@@ -83,12 +83,12 @@ def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta):  # -> 
 
 def claim(runtime: Runtime, dispatch_id: int, lease: dt.timedelta) -> bool:
     """Take the row for one attempt; False when it is done, not due, or held by a live worker."""
-    with runtime.sessions.begin() as s:
+    with runtime.write_lock, runtime.sessions.begin() as s:
         return s.execute(_claim_stmt(dispatch_id, runtime.clock(), lease)).rowcount == 1
 
 
 def _finish(runtime: Runtime, row_id: int, values: dict[str, Any]) -> None:
-    with runtime.sessions.begin() as s:
+    with runtime.write_lock, runtime.sessions.begin() as s:
         s.execute(update(Dispatch).where(Dispatch.id == row_id).values(**values))
 
 
@@ -99,7 +99,7 @@ def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
     # claim first (the UPDATE takes the write lock at once; on SQLite a read-then-write
     # transaction could fail to upgrade), then read the row and its delivery in the same
     # transaction: one round trip to the database before the send, one after.
-    with runtime.sessions.begin() as s:
+    with runtime.write_lock, runtime.sessions.begin() as s:
         if s.execute(_claim_stmt(dispatch_id, now, _lease(runtime, "github", 0))).rowcount != 1:
             return None
         row = s.get(Dispatch, dispatch_id)

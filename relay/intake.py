@@ -104,7 +104,7 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
     ]
     with log_context(delivery_id=delivery_id, repo=info.repo, pr=info.pr_number):
         try:
-            with runtime.sessions.begin() as s:
+            with runtime.write_lock, runtime.sessions.begin() as s:
                 s.add(delivery)
                 s.flush()  # the delivery row first: dispatches reference it
                 s.add_all(rows)

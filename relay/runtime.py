@@ -7,6 +7,7 @@ swap any of them (a fake GitHub URL, a fixed clock, an immediate queue).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -23,7 +24,7 @@ from sqlalchemy.orm import sessionmaker
 
 from crcr.errors import ConfigError
 from crcr.fileio import atomic_write_text
-from crcr.queue import make_huey
+from crcr.queue import Wakeup, make_huey
 from crcr.settings import Settings
 from crcr.store.base import make_engine, make_sessionmaker
 from relay.allowlist import AllowlistSource
@@ -74,6 +75,10 @@ class Runtime:
     huey: Huey
     clock: Clock = utc_clock
     tasks: Any = None  # relay.worker.Tasks, set by register_tasks
+    wakeup: Wakeup = field(default_factory=Wakeup)  # wakes this process's idle workers on enqueue
+    # SQLite has one writer at a time and its busy handler *sleeps* (up to 100 ms a try)
+    # while waiting; threads of this process queue on a lock instead, in microseconds.
+    write_lock: Any = None
     _github: Any = None
     _github_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -90,6 +95,10 @@ class Runtime:
             huey=huey or make_huey(settings.resolved_queue_url, name=queue_name or settings.queue_name),
             clock=clock or utc_clock,
         )
+
+    def __post_init__(self) -> None:
+        if self.write_lock is None:
+            self.write_lock = threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
 
     def github(self):  # -> crcr.github.GitHubApp
         """The GitHub App client, built on first use (only `github` targets need one)."""

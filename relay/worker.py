@@ -44,6 +44,8 @@ class Tasks:
                 n += 1
             except Exception:
                 log.warning("could not enqueue dispatch %s; the sweeper will pick it up", i, exc_info=True)
+        if n:
+            self.runtime.wakeup.notify(n)
         return n
 
     def schedule(self, dispatch_id: int, delay_s: float) -> None:

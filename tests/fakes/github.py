@@ -57,6 +57,7 @@ class Recorded:
     status: int | None = None
     responded: bool = False  # False: the connection was dropped before an answer was written
     fault: str | None = None
+    done_at: float | None = None  # when the answer was written
 
 
 @dataclass
@@ -457,6 +458,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
         rec.status = status
         rec.responded = True
+        rec.done_at = time.time()
 
     def _drop(self) -> None:
         try:
