@@ -313,7 +313,12 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
         entries = build_entries(tests, decided, backend, file)
         report.entries += len(entries)
         report.pattern_entries += sum(1 for e in entries if is_pattern(e["id"]))
-        text = merge_plan_text(existing.decode("utf-8") if existing is not None else None, header, entries, str(path))
+        base = existing.decode("utf-8") if existing is not None else None
+        if cached and existing is not None and cached.get("output") == hashlib.sha256(existing).hexdigest():
+            # Nobody edited the file since the bot wrote it: render it fresh (canonical order, and
+            # no round-trip parse of a large file), exactly as a first plan would.
+            base = None
+        text = merge_plan_text(base, header, entries, str(path))
         data = text.encode("utf-8")
         if data != existing:
             atomic_write_text(path, text)
