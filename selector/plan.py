@@ -29,7 +29,7 @@ from selector.agent.tools import Tools
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 from selector.fingerprint import digest
-from selector.planfiles import merge_plan_text
+from selector.planfiles import merge_plan_text, write_plan_file
 from selector.rules import DEFAULT_RULES, RULES_VERSION, RuleContext, classify
 
 CACHE_VERSION = "1"
@@ -321,7 +321,7 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
         text = merge_plan_text(base, header, entries, str(path))
         data = text.encode("utf-8")
         if data != existing:
-            atomic_write_text(path, text)
+            write_plan_file(path, text)
             report.files_written += 1
         else:
             report.files_unchanged += 1

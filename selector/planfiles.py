@@ -10,6 +10,8 @@ and appends new ones at the end. With nothing changed, the output equals the inp
 from __future__ import annotations
 
 import io
+import os
+from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
@@ -18,6 +20,7 @@ from ruamel.yaml.error import CommentMark
 from ruamel.yaml.tokens import CommentToken
 
 from crcr.errors import ContractError
+from crcr.fileio import atomic_write_text
 
 BOT_SOURCES = frozenset({"rules", "agent"})
 ENTRY_KEYS = ("id", "mode", "reason", "source", "evidence", "fingerprint", "confidence", "proposal")
@@ -196,3 +199,11 @@ def merge_plan_text(existing: str | None, header: dict[str, Any], entries: list[
     out = io.StringIO()
     _yaml().dump(doc, out)
     return out.getvalue()
+
+
+def write_plan_file(path: Path, text: str) -> None:
+    """Write atomically, readable like any file in the repository (the temp file starts private)."""
+    atomic_write_text(path, text)
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)

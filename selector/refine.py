@@ -31,7 +31,7 @@ from typing import Any
 from crcr.contracts.plan import Plan, plan_path_for, split_test_id
 from crcr.contracts.results import RunResults, TestResult
 from crcr.fileio import atomic_write_text
-from selector.planfiles import merge_plan_text
+from selector.planfiles import merge_plan_text, write_plan_file
 
 # Errors that say the backend lacks the operation or the dtype (snpu: SnpuUnsupportedOpError is a
 # NotImplementedError, SnpuDtypeError a TypeError): running such a test again buys nothing.
@@ -183,7 +183,7 @@ def refine(plan_dir: Path, plan: Plan, results: list[RunResults], history: Path 
         header = {"backend": pf.backend, "upstream": {"file": file}}
         text = merge_plan_text(existing, header, entries, str(path), owned=frozenset({"logs"}), delete_missing=False)
         if text != existing:
-            atomic_write_text(path, text)
+            write_plan_file(path, text)
             report.files_written += 1
     if history is not None:
         append_history(history, obs)

@@ -373,7 +373,7 @@ def import_cmd(
     force: Annotated[bool, typer.Option("--force", help="overwrite existing plan files")] = False,
 ) -> None:
     from crcr.contracts.plan import plan_path_for
-    from crcr.fileio import atomic_write_text
+    from selector.planfiles import write_plan_file
     from selector.spyre import import_spyre
 
     if format != "spyre":
@@ -386,7 +386,7 @@ def import_cmd(
         path = plan_path_for(out_dir, upstream)
         if path.exists() and not force:
             raise InputError(f"{path} exists", hint="pass --force to overwrite, or import into another --out")
-        atomic_write_text(path, text)
+        write_plan_file(path, text)
         typer.echo(f"wrote {path}")
     for n in notes[:20]:
         typer.echo(f"note: {n}", err=True)
