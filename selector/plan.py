@@ -368,6 +368,7 @@ def record_state(inventory_digest: str, context: str, backend: str, out_dir: Pat
 def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities, disabled: DisabledTests | None,
              agent: Agent, tools: Tools, data_dir: Path | None,
              progress: Callable[[str, int, int], None] | None = None) -> PlanReport:
+    """``progress(phase, advance, total)`` is called as tests are classified and files written."""
     """Classify and write; the whole ``crcr select plan``."""
     start = time.perf_counter()
     report = PlanReport(tests=len(inv.tests))
@@ -376,8 +377,11 @@ def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities,
         cache_path = data_dir / "selector" / f"plan-cache-{backend}-{digest(str(out_dir.resolve()))}.json"
         cache = DecisionCache(cache_path, context_digest(caps, disabled, agent))
     ctx = RuleContext(caps=caps, disabled=disabled)
-    decided = classify_tests(inv.tests, ctx, agent, tools, cache, report)
-    write_plan(inv, decided, out_dir, backend, cache, report)
+    n_tests, n_files = len(inv.tests), len({t.file for t in inv.tests})
+    decided = classify_tests(inv.tests, ctx, agent, tools, cache, report,
+                             progress=(lambda k: progress("classifying", k, n_tests)) if progress else None)
+    write_plan(inv, decided, out_dir, backend, cache, report,
+               progress=(lambda k: progress("writing plan files", k, n_files)) if progress else None)
     if cache:
         cache.save()
     report.by_source = dict(sorted(Counter(d.source for d in decided.values()).items()))

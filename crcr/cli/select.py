@@ -210,8 +210,16 @@ def plan_cmd(
 
         inv = collect_embedded(caps.device)
     tools = Tools(caps, inv.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
-    report = run_plan(inv, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=the_agent, tools=tools,
-                      data_dir=data_dir)
+    with _progress() as bar:
+        tasks: dict[str, Any] = {}
+
+        def advance(phase: str, k: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=total)
+            bar.update(tasks[phase], advance=k)
+
+        report = run_plan(inv, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=the_agent, tools=tools,
+                          data_dir=data_dir, progress=advance)
     if data_dir is not None and inv_digest is not None:
         record_state(inv_digest, context, backend, out_dir, data_dir)
     _print_report(report, as_json)

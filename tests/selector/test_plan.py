@@ -135,3 +135,20 @@ def test_capability_fixture_is_in_the_documented_shape():
     caps = load_capabilities(FIX / "snpu-capabilities.yaml")
     assert "float64" not in caps.dtypes and caps.supports_op("nn.functional.relu")
     assert caps.supports_op("add") and not caps.supports_op("fft.fft")
+
+
+def test_inventory_file_outside_test_tree_cannot_escape_the_plan_dir(caps, disabled, tmp_path):
+    from crcr.contracts.inventory import Inventory, InventoryTest
+    from crcr.errors import InputError
+    from selector.agent.tools import Tools
+
+    evil = Inventory(source="embedded", tests=[InventoryTest(
+        id="../../outside.py::C::test_x", file="../../outside.py", cls="C", method="test_x", fingerprint="f")])
+    import pytest
+
+    with pytest.raises(InputError, match="outside"):
+        run_plan(evil, backend="snpu", out_dir=tmp_path / "plan", caps=caps, disabled=disabled, agent=OfflineAgent(),
+                 tools=Tools(caps, evil.by_id(), UPSTREAM), data_dir=None)
+    assert not (tmp_path / "outside.yaml").exists()
+    # and the agent's source reader stays inside its root
+    assert Tools(caps, evil.by_id(), UPSTREAM).read_test_source("../../outside.py::C::test_x") is None
