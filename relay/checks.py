@@ -125,7 +125,7 @@ def conclusion_of(job: Job) -> str:
     return "failure" if (job.failed or 0) > 0 else "neutral"
 
 
-def render(job: Job, *, results: ResultsUpload | None = None, public_url: str | None = None) -> CheckOutput:
+def render(job: Job, *, results: ResultsUpload | None = None) -> CheckOutput:
     """Title and Markdown summary of one job; never longer than GitHub's 65,535 chars."""
     counts = job.passed is not None
     if job.state == COMPLETED:
@@ -150,8 +150,10 @@ def render(job: Job, *, results: ResultsUpload | None = None, public_url: str | 
     if url := _https(job.artifact_url):
         links.append(f"- [Artifacts]({url})")
     if results is not None:
-        where = f"{public_url.rstrip('/')}/results/{results.id}" if public_url and _https(public_url) else f"results upload #{results.id}"
-        links.append(f"- Full per-test results: {where}")
+        counts = results.counts or {}
+        stored = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()) if isinstance(n, int) and n)
+        # no URL: the relay serves no results page (uploads may come from private repos)
+        links.append(f"- Full per-test results stored on the relay as upload #{results.id} ({stored or 'no tests'})")
     if links:
         lines += ["", "### Links", *links]
     verdict = job.triage_verdict
@@ -191,7 +193,7 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
     """
     job = row.job
     seen = row.updated_at
-    output = render(job, results=_latest_results(session, job), public_url=runtime.settings.public_url)
+    output = render(job, results=_latest_results(session, job))
     status = "completed" if job.state == COMPLETED else ("in_progress" if job.state == IN_PROGRESS else "queued")
     conclusion = conclusion_of(job) if status == "completed" else None
     # a button on finished, unsuccessful checks (GitHub's own "Re-run" stays available too)
