@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.inventory import Inventory, InventoryTest
-from crcr.contracts.plan import SOURCE_RANK, is_pattern, plan_path_for
+from crcr.contracts.plan import SOURCE_RANK, Plan, is_pattern, plan_path_for
 from crcr.fileio import atomic_write_text
 from selector.agent.base import Agent, Usage
 from selector.agent.tools import Tools
@@ -365,24 +365,55 @@ def record_state(inventory_digest: str, context: str, backend: str, out_dir: Pat
         {"inventory": inventory_digest, "context": context, "files": _files_digest(out_dir)}, sort_keys=True))
 
 
+def seed_cache(cache: DecisionCache, previous: Plan, tests: list[InventoryTest], keep: set[str], ctx: RuleContext) -> int:
+    """Carry the previous plan's bot decisions for unchanged tests into the cache (an upgrade on a
+    machine without the cache must not re-evaluate them). A rules decision is matched to its rule
+    again so its pattern survives; an agent decision is kept as written."""
+    from crcr.contracts.plan import PlanFile
+
+    # The bot's own layer of each file (a reviewer entry on top does not hide what the bot said).
+    bot_files = {f: PlanFile(backend=pf.backend, upstream=pf.upstream, defaults=pf.defaults,
+                             tests=[e for e in pf.tests if e.source in ("rules", "agent")])
+                 for f, pf in previous.files.items()}
+    seeded = 0
+    for t in tests:
+        if t.id not in keep or cache.get(t) is not None or t.file not in bot_files:
+            continue
+        d = bot_files[t.file].resolve(t.relative_id)
+        if d.source not in ("rules", "agent"):
+            continue
+        rd = classify(t, ctx) if d.source == "rules" else None
+        if rd is not None and (rd.mode, rd.reason) == (d.mode, d.reason):
+            cache.put(t.id, Decided(rd.mode, rd.reason, "rules", t.fingerprint, rd.rule, rd.pattern, None, rd.evidence))
+        else:
+            conf = d.entry.confidence if d.entry else None
+            cache.put(t.id, Decided(d.mode, d.reason, d.source, t.fingerprint, None, None, conf))
+        seeded += 1
+    return seeded
+
+
 def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities, disabled: DisabledTests | None,
              agent: Agent, tools: Tools, data_dir: Path | None,
-             progress: Callable[[str, int, int], None] | None = None) -> PlanReport:
+             progress: Callable[[str, int, int], None] | None = None,
+             keep: tuple[Plan, set[str]] | None = None) -> PlanReport:
     """``progress(phase, advance, total)`` is called as tests are classified and files written."""
     """Classify and write; the whole ``crcr select plan``."""
     start = time.perf_counter()
     report = PlanReport(tests=len(inv.tests))
     cache = None
-    if data_dir is not None:
-        cache_path = data_dir / "selector" / f"plan-cache-{backend}-{digest(str(out_dir.resolve()))}.json"
-        cache = DecisionCache(cache_path, context_digest(caps, disabled, agent))
     ctx = RuleContext(caps=caps, disabled=disabled)
+    if data_dir is not None or keep is not None:
+        cache_path = (data_dir or out_dir) / "selector" / f"plan-cache-{backend}-{digest(str(out_dir.resolve()))}.json"
+        cache = DecisionCache(cache_path if data_dir is not None else Path("/nonexistent/cache.json"),
+                              context_digest(caps, disabled, agent))
+    if keep is not None and cache is not None:
+        seed_cache(cache, keep[0], inv.tests, keep[1], ctx)
     n_tests, n_files = len(inv.tests), len({t.file for t in inv.tests})
     decided = classify_tests(inv.tests, ctx, agent, tools, cache, report,
                              progress=(lambda k: progress("classifying", k, n_tests)) if progress else None)
     write_plan(inv, decided, out_dir, backend, cache, report,
                progress=(lambda k: progress("writing plan files", k, n_files)) if progress else None)
-    if cache:
+    if cache and data_dir is not None:
         cache.save()
     report.by_source = dict(sorted(Counter(d.source for d in decided.values()).items()))
     report.by_mode = dict(sorted(Counter(d.mode for d in decided.values()).items()))

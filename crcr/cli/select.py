@@ -284,9 +284,13 @@ def upgrade_cmd(
     before = load_plan(out_dir) if out_dir.is_dir() and any(out_dir.rglob("*.yaml")) else None
     caps, dis = _plan_inputs(backend, capabilities, disabled)
     tools = Tools(caps, target.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
+    if new.granularity == "test":
+        unchanged = set(diff.unchanged)
+    else:
+        unchanged = {t.id for t in target.tests} - set(project_opinfo(diff, test_inv).changed)
     report = run_plan(target, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=_build_agent(agent),
-                      tools=tools, data_dir=_settings().data_dir)
-    typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} kept from cache", err=True)
+                      tools=tools, data_dir=_settings().data_dir, keep=(before, unchanged) if before else None)
+    typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} decisions kept", err=True)
     if before is not None:
         flips, n = diff_plans(before, load_plan(out_dir), target)
         md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")
