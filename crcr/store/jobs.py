@@ -155,3 +155,25 @@ class UpstreamCommit(Base):
     repo: Mapped[str] = mapped_column(String(200), primary_key=True)
     exists: Mapped[bool] = mapped_column(Boolean)
     checked_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def prune_callback_data(sessions: Any, cutoff: dt.datetime, *, batch: int = 1000) -> dict[str, int]:
+    """Retention for this module's tables: delete callback-log rows and results uploads
+    received before ``cutoff`` (jobs and check runs stay: they are small and are history).
+
+    Meant for ``crcr db prune --older-than DAYS`` beside the delivery payloads; returns
+    how many rows of each table went.
+    """
+    from sqlalchemy import delete, select
+
+    removed = {"callback_log": 0, "results_uploads": 0}
+    for name, model, column in (("callback_log", CallbackLog, CallbackLog.received_at),
+                                ("results_uploads", ResultsUpload, ResultsUpload.received_at)):
+        while True:  # in batches: a long retention backlog never holds one huge transaction
+            with sessions.begin() as s:
+                ids = list(s.scalars(select(model.id).where(column < cutoff).limit(batch)))
+                if not ids:
+                    break
+                s.execute(delete(model).where(model.id.in_(ids)))
+                removed[name] += len(ids)
+    return removed

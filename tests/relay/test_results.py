@@ -112,3 +112,18 @@ def test_same_identity_rules_as_callbacks(h):
     # another L2+ repo cannot attach results to org/l2repo's job: its identity names its own jobs
     assert upload(h, doc, repo="org/l4repo").status_code == 409
     assert h.uploads() == []
+
+
+def test_retention_prunes_old_uploads_and_log_rows(h):
+    import datetime as dt
+
+    from crcr.store.jobs import prune_callback_data
+
+    assert upload(h, json.dumps(results_doc()).encode()).status_code == 200
+    h.clock.advance(10 * 86400)
+    assert upload(h, json.dumps(results_doc()).encode()).status_code == 200
+    before = len(h.log())
+    cutoff = h.clock() - dt.timedelta(days=5)
+    removed = prune_callback_data(h.runtime.sessions, cutoff)
+    assert removed == {"callback_log": before - 1, "results_uploads": 1}
+    assert len(h.uploads()) == 1 and len(h.log()) == 1 and len(h.jobs()) == 1
