@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
@@ -69,12 +70,8 @@ def _hook(module: str, name: str) -> Any:
 
 
 def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload: dict[str, Any]) -> JSONResponse:
-    """Runs in a worker thread: dedupe, route, write one transaction, enqueue."""
+    """Runs in a worker thread: route, write one transaction (the primary key dedupes), enqueue."""
     metrics = runtime.metrics
-    with runtime.sessions() as s:
-        if s.get(Delivery, delivery_id) is not None:
-            metrics.deliveries.labels(event, "duplicate").inc()
-            return _answer(200, status="duplicate", delivery_id=delivery_id)
     try:
         info = describe(event, payload)
         if event == "ping":
@@ -87,30 +84,31 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
         log.exception("could not read delivery %s", delivery_id)
         info = EventInfo(event=event)
         decision_targets, reason, result = [], f"could not be processed: {type(exc).__name__}", None
-    now = runtime.clock()
-    text = body.decode("utf-8", "replace")
-    delivery = Delivery(
-        id=delivery_id, event=event, action=info.action, repo=info.repo, pr_number=info.pr_number,
-        head_sha=info.head_sha, ref=info.ref, labels=info.labels, label=info.label, sender=info.sender,
-        author_association=info.author_association, payload=text, payload_bytes=len(body), received_at=now,
-        status=ACCEPTED if decision_targets else IGNORED, ignored_reason=reason,
-    )
     if result is not None and result.skipped and decision_targets:
-        delivery.ignored_reason = f"not sent to {', '.join(result.skipped)}: untrusted author"
+        reason = f"not sent to {', '.join(result.skipped)}: untrusted author"
+    now = runtime.clock()
+    delivery = {
+        "id": delivery_id, "event": event, "action": info.action, "repo": info.repo, "pr_number": info.pr_number,
+        "head_sha": info.head_sha, "ref": info.ref, "labels": info.labels, "label": info.label,
+        "sender": info.sender, "author_association": info.author_association,
+        "payload": body.decode("utf-8", "replace"), "payload_bytes": len(body), "received_at": now,
+        "status": ACCEPTED if decision_targets else IGNORED, "ignored_reason": reason,
+    }
     rows = [
-        Dispatch(delivery_id=delivery_id, target=t.repo, kind=t.kind, level=t.level, event_type=event,
-                 state="pending", attempts=0, next_attempt_at=now, created_at=now, updated_at=now)
+        {"delivery_id": delivery_id, "target": t.repo, "kind": t.kind, "level": t.level, "event_type": event,
+         "state": "pending", "attempts": 0, "next_attempt_at": now, "created_at": now, "updated_at": now}
         for t in decision_targets
     ]
     with log_context(delivery_id=delivery_id, repo=info.repo, pr=info.pr_number):
         try:
-            with runtime.write_lock, runtime.sessions.begin() as s:
-                s.add(delivery)
-                s.flush()  # the delivery row first: dispatches reference it
-                s.add_all(rows)
-            ids = [r.id for r in rows]
+            # Core statements, not ORM objects: this is the hot path of every webhook
+            with runtime.write_lock, runtime.engine.begin() as conn:
+                conn.execute(insert(Delivery), delivery)
+                ids = list(conn.execute(
+                    insert(Dispatch).returning(Dispatch.id, sort_by_parameter_order=True), rows).scalars()
+                ) if rows else []
         except IntegrityError:
-            # the same delivery id raced in from a concurrent request: it is stored once
+            # this X-GitHub-Delivery is already stored (a redelivery, or a concurrent twin)
             metrics.deliveries.labels(event, "duplicate").inc()
             return _answer(200, status="duplicate", delivery_id=delivery_id)
         # stored: from here on nothing may turn the answer into an error
