@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Iterable
 
-from crcr.queue import queue_depth
+from crcr.queue import enqueue_many, queue_depth
 from relay import dispatch
 from relay.runtime import Runtime
 
@@ -37,16 +37,16 @@ class Tasks:
         self.send = runtime.huey.task(name=SEND_TASK)(send_dispatch)
 
     def enqueue(self, ids: Iterable[int]) -> int:
-        n = 0
-        for i in ids:
-            try:
-                self.send(i)
-                n += 1
-            except Exception:
-                log.warning("could not enqueue dispatch %s; the sweeper will pick it up", i, exc_info=True)
-        if n:
-            self.runtime.wakeup.notify(n)
-        return n
+        ids = list(ids)
+        if not ids:
+            return 0
+        try:
+            enqueue_many(self.runtime.huey, [self.send.s(i) for i in ids])
+        except Exception:
+            log.warning("could not enqueue dispatches %s; the sweeper will pick them up", ids, exc_info=True)
+            return 0
+        self.runtime.wakeup.notify(len(ids))
+        return len(ids)
 
     def schedule(self, dispatch_id: int, delay_s: float) -> None:
         try:
