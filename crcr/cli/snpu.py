@@ -38,6 +38,9 @@ def capabilities(
     sample_limit: Annotated[
         int | None, typer.Option(help="samples per op and dtype (default: all)", min=1)
     ] = None,
+    op: Annotated[
+        list[str] | None, typer.Option("--op", help="sweep only this OpInfo entry (repeatable; a quick look)")
+    ] = None,
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -62,7 +65,7 @@ def capabilities(
                 bar.update(task, completed=done, total=total, description=name)
 
             sweep_data = caps.load_or_run_sweep(
-                cache_path, refresh=refresh, sample_limit=sample_limit, progress=progress
+                cache_path, refresh=refresh, sample_limit=sample_limit, only=op or None, progress=progress
             )
     text = caps.to_yaml(caps.build(sweep_data))
     if str(out) == "-":

@@ -96,10 +96,17 @@ def load_or_run_sweep(
     *,
     refresh: bool = False,
     sample_limit: int | None = None,
+    only: list[str] | None = None,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> dict[str, Any]:
-    """The OpInfo sweep as {"key", "sample_limit", "outcomes": [...]}, from cache if current."""
-    key = source_key()
+    """The OpInfo sweep as {"key", "sample_limit", "outcomes": [...]}, from cache if current.
+
+    ``only`` restricts the sweep to these OpInfo names (a quick look; the file then
+    covers only them).
+    """
+    key = source_key() + (
+        "" if not only else "-" + hashlib.sha256(",".join(sorted(only)).encode()).hexdigest()[:8]
+    )
     if cache is not None and cache.is_file() and not refresh:
         try:
             data = json.loads(cache.read_text(encoding="utf-8"))
@@ -112,6 +119,18 @@ def load_or_run_sweep(
     from runners.snpu.opinfo_sweep import sweep
 
     ops = list(op_db)
+    if only:
+        from runners.snpu.opinfo_sweep import opinfo_name
+
+        unknown = sorted(set(only) - {opinfo_name(op) for op in ops})
+        if unknown:
+            from crcr.errors import InputError
+
+            raise InputError(
+                f"no OpInfo entry named {', '.join(unknown)}",
+                hint="names as in op_db, e.g. add, nn.functional.relu",
+            )
+        ops = [op for op in ops if opinfo_name(op) in set(only)]
     done = [0]
 
     def tick(name: str) -> None:

@@ -38,9 +38,13 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = F
             if key in done:  # one Tile per batch element shares its ranges: run once
                 continue
             done.add(key)
-            at = load(a, (slice(b0, b1), slice(m0, m1), slice(k0, k1))).to(acc_dtype)
-            bt = load(b, (slice(b0, b1), slice(k0, k1), slice(n0, n1))).to(acc_dtype)
-            acc[b0:b1, m0:m1, n0:n1] += torch.bmm(at, bt)
+            # the DMA lands each operand contiguous in the scratchpad
+            at = load(a, (slice(b0, b1), slice(m0, m1), slice(k0, k1))).to(acc_dtype).contiguous()
+            bt = load(b, (slice(b0, b1), slice(k0, k1), slice(n0, n1))).to(acc_dtype).contiguous()
+            if b1 - b0 == 1:
+                acc[b0, m0:m1, n0:n1].addmm_(at[0], bt[0])
+            else:
+                acc[b0:b1, m0:m1, n0:n1].baddbmm_(at, bt)
     run(plan, op)
     return acc if keep_acc else acc.to(out_dtype)
 
