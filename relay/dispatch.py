@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy import and_, or_, select, update
 
-from crcr.contracts.dispatch import ClientPayload
+from crcr.contracts.dispatch import MAX_CLIENT_PAYLOAD_BYTES, ClientPayload
 from crcr.github.dispatch import DispatchFailure, send_repository_dispatch
 from crcr.logs import log_context
 from crcr.store.deliveries import DEAD, OPEN_STATES, PENDING, RETRYING, SENT, Delivery, Dispatch
@@ -29,7 +29,8 @@ from relay.trim import encoded_size, trim_client_payload
 
 log = logging.getLogger("crcr.relay.dispatch")
 
-CLAIM_SLACK = dt.timedelta(seconds=1)  # a retry task may fire a moment before its due time
+CLAIM_SLACK = dt.timedelta(seconds=1)
+_TABLE = Dispatch.__table__  # Core statements on the hot path: no ORM unit of work per update  # a retry task may fire a moment before its due time
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def _lease(runtime: Runtime, kind: str, timeout_s: float) -> dt.timedelta:
 
 def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta):  # -> Update
     return (
-        update(Dispatch)
+        update(_TABLE)
         .where(
             Dispatch.id == dispatch_id,
             Dispatch.state.in_(OPEN_STATES),
@@ -83,30 +84,29 @@ def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta):  # -> 
 
 def claim(runtime: Runtime, dispatch_id: int, lease: dt.timedelta) -> bool:
     """Take the row for one attempt; False when it is done, not due, or held by a live worker."""
-    with runtime.write_lock, runtime.sessions.begin() as s:
-        return s.execute(_claim_stmt(dispatch_id, runtime.clock(), lease)).rowcount == 1
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        return conn.execute(_claim_stmt(dispatch_id, runtime.clock(), lease)).rowcount == 1
 
 
 def _finish(runtime: Runtime, row_id: int, values: dict[str, Any]) -> None:
-    with runtime.write_lock, runtime.sessions.begin() as s:
-        s.execute(update(Dispatch).where(Dispatch.id == row_id).values(**values))
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        conn.execute(update(_TABLE).where(_TABLE.c.id == row_id).values(**values))
 
 
 def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
     """Make one attempt at ``dispatch_id``; None when the row was not ours to send."""
     allow = runtime.allowlist.get()
     now = runtime.clock()
-    # claim first (the UPDATE takes the write lock at once; on SQLite a read-then-write
-    # transaction could fail to upgrade), then read the row and its delivery in the same
-    # transaction: one round trip to the database before the send, one after.
-    with runtime.write_lock, runtime.sessions.begin() as s:
-        if s.execute(_claim_stmt(dispatch_id, now, _lease(runtime, "github", 0))).rowcount != 1:
-            return None
+    # The claim is the only write before the send and the only step under the write
+    # lock (SQLite: one writer); the reads after it run in parallel (WAL readers).
+    if not claim(runtime, dispatch_id, _lease(runtime, "github", 0)):
+        return None
+    with runtime.sessions() as s:
         row = s.get(Dispatch, dispatch_id)
-        target = allow.targets.get(row.target)
-        if row.kind == "local" and target is not None:  # a local command may run much longer
-            row.claimed_until = now + _lease(runtime, "local", target.timeout_s)
         delivery = s.get(Delivery, row.delivery_id)
+    target = allow.targets.get(row.target)
+    if row.kind == "local" and target is not None:  # a local command may run much longer
+        _finish(runtime, dispatch_id, {"claimed_until": now + _lease(runtime, "local", target.timeout_s)})
     attempts = row.attempts + 1
     with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
                      dispatch_id=dispatch_id):
@@ -122,7 +122,11 @@ def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, a
             raise DispatchFailure("the delivery's payload was pruned by retention; it cannot be sent again", False)
         if target is None:
             raise DispatchFailure(f"{row.target} is no longer in the allowlist", False)
-        client_payload, removed = trim_client_payload(build_client_payload(delivery))
+        client_payload = build_client_payload(delivery)
+        removed: list[str] = []
+        # re-encoding can grow a compact body (", " separators, \u escapes): measure unless far below
+        if delivery.payload_bytes * 1.5 + 1024 >= MAX_CLIENT_PAYLOAD_BYTES:
+            client_payload, removed = trim_client_payload(client_payload)
         trimmed = removed or None
         if removed:
             log.info("payload trimmed to %d bytes: removed %s", encoded_size(client_payload), ", ".join(removed))
