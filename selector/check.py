@@ -213,14 +213,30 @@ class _FileChecker:
                     self.add(line, f"duplicate id {entry_id!r} (first at line {first_line})",
                              "keep one entry per id; merge their reasons")
                 else:
-                    lower, higher = sorted([(SOURCE_RANK[first_source], first_line), (SOURCE_RANK[source], line)])
-                    self.add(lower[1], f"{what} is shadowed by the {'reviewer' if higher[0] == 3 else 'higher-precedence'} "
-                             f"entry at line {higher[1]}", "delete the shadowed entry or the override", "warning")
+                    lower, higher = sorted([(SOURCE_RANK[first_source], first_line, first_source),
+                                            (SOURCE_RANK[source], line, source)])
+                    # A bot entry under a logs or reviewer entry is the normal layering; a logs
+                    # entry under a reviewer's is worth a look (the evidence disagrees with a person).
+                    if lower[2] not in ("rules", "agent"):
+                        self.add(lower[1], f"{what} ({lower[2]}) is shadowed by the {higher[2]} entry at line {higher[1]}",
+                                 "delete the shadowed entry, or revisit the override given the evidence", "warning")
             else:
                 seen[entry_id] = (line, source)
             entries.append((line, entry_id, source, _scalar(m["mode"][1]) if "mode" in m else ""))
         if self.inventory is not None and upstream_file:
             self._against_inventory(entries, upstream_file)
+
+    def _never_effective(self, entries: list[tuple[int, str, str, str]], ids: list[str], upstream_file: str) -> None:
+        if any(f.severity == "error" for f in self.findings):
+            return
+        effective = _effective_entries(self.path, ids)
+        if effective is None:
+            return
+        for line, entry_id, source, _mode in entries:
+            if source == "reviewer" and entry_id not in effective and (
+                    entry_id in ids or (is_pattern(entry_id) and any(re.fullmatch(entry_id, i) for i in ids))):
+                self.add(line, f"reviewer entry {entry_id!r} decides no test: other reviewer entries override every "
+                         "test it matches", "delete it or narrow the entries that override it", "warning")
 
     def _against_inventory(self, entries: list[tuple[int, str, str, str]], upstream_file: str) -> None:
         assert self.inventory is not None
@@ -230,6 +246,7 @@ class _FileChecker:
             self.add(1, f"the inventory has no tests of {upstream_file}", "regenerate the inventory, or delete this plan file",
                      "warning")
             return
+        self._never_effective(entries, ids, upstream_file)
         for line, entry_id, _source, _mode in entries:
             if is_pattern(entry_id):
                 rx = re.compile(entry_id)
@@ -239,6 +256,17 @@ class _FileChecker:
             elif entry_id not in id_set:
                 self.add(line, f"id {entry_id!r} is not in the inventory",
                          "the test was renamed or removed upstream; update or delete the entry")
+
+
+def _effective_entries(path: Path, ids: list[str]) -> set[str] | None:
+    """Ids of the entries that decide at least one test (via the contract's resolver)."""
+    from crcr.contracts.plan import parse_plan_file
+
+    try:
+        pf = parse_plan_file(path.read_text(encoding="utf-8"), str(path))
+    except Exception:  # already reported as a finding
+        return None
+    return {d.entry.id for d in (pf.resolve(i) for i in ids) if d.entry is not None}
 
 
 def check_paths(paths: list[Path], inventory: Inventory | None = None) -> list[Finding]:

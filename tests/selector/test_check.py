@@ -27,7 +27,7 @@ BROKEN = FIX / "broken"
         ("unknown_keys.yaml", 4, "unknown key 'owner'"),
         ("unknown_keys.yaml", 9, "unknown entry key 'sauce'"),
         ("unknown_keys.yaml", 10, "not a valid pattern"),
-        ("shadowed.yaml", 5, "is shadowed by the reviewer entry at line 9"),
+        ("shadowed.yaml", 5, "(logs) is shadowed by the reviewer entry at line 9"),
     ],
 )
 def test_broken_file_gets_a_precise_message(name, line, says):
@@ -84,3 +84,26 @@ def test_generated_plan_passes_check(cli, tmp_path, inventory, caps, disabled, t
     inventory.write(tmp_path / "inv.json")
     code, out_text, err = cli("select", "check", out, "--inventory", tmp_path / "inv.json")
     assert code == 0, out_text + err
+
+
+def test_bot_entries_under_a_person_are_not_reported_but_dead_reviewer_entries_are(tmp_path, inventory):
+    findings = [str(f) for f in check_paths([BROKEN / "shadowed.yaml"])]
+    assert len(findings) == 1 and ":5: " in findings[0]
+    plan = tmp_path / "p.yaml"
+    plan.write_text("""schema_version: 1
+backend: snpu
+upstream: {file: test/test_fixture_ops.py}
+tests:
+  - id: TestFixtureOpsPRIVATEUSE1::test_compare_cpu_add_snpu_float32
+    mode: skip
+    reason: a person wants it off
+    source: reviewer
+  - id: TestFixtureOpsPRIVATEUSE1::test_compare_cpu_add_snpu_float(32)
+    mode: run
+    reason: a later pattern that loses to the exact entry for its only test
+    source: reviewer
+""")
+    msgs = [str(f) for f in check_paths([plan], inventory)]
+    assert msgs == [f"{plan}:9: reviewer entry 'TestFixtureOpsPRIVATEUSE1::test_compare_cpu_add_snpu_float(32)' decides no "
+                    "test: other reviewer entries override every test it matches; delete it or narrow the entries that "
+                    "override it"]
