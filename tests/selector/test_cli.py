@@ -46,3 +46,20 @@ def test_inventory_plan_replan_explain_flow(cli, tmp_path):
     assert "mode:     skip" in out and "[device-restriction] @deviceCountAtLeast(2)" in out
     code, out, err = cli("select", "explain", "not-an-id", "--plan", tmp_path / "plan")
     assert code == 2 and "has no '::'" in err
+
+
+@pytest.mark.slow
+def test_embedded_inventory_through_the_runners_cli_on_a_slice(cli, tmp_path):
+    """The selector never imports the runners: it runs `crcr run --collect-only` and reads the file."""
+    inv = tmp_path / "embedded.json"
+    code, out, err = cli("select", "inventory", "--file", "test/test_modules.py", "-k", "nn_Linear", "--out", inv)
+    assert code == 0, err
+    assert "(embedded, test)" in out
+    from crcr.contracts.inventory import load_inventory
+
+    tests = load_inventory(inv).tests
+    assert tests and all(t.id.startswith("test/test_modules.py::TestModulePRIVATEUSE1::") for t in tests)
+    code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", inv, "--capabilities",
+                         FIX / "snpu-capabilities-generated-shape.yaml", "--out", tmp_path / "plan")
+    assert code == 0, err
+    assert "by source: {'agent':" in out  # ModuleInfo tests are the agent's to read
