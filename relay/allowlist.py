@@ -336,12 +336,3 @@ class AllowlistSource:
                 log.warning("allowlist refresh failed, keeping the last good copy: %s", exc.message)
             self._loaded_at = self.clock()
             return self._value
-
-
-def static_source(allowlist: Allowlist) -> AllowlistSource:
-    """A source that always returns ``allowlist`` (tests, embedding)."""
-    src = AllowlistSource("<static>", ttl_s=float("inf"))
-    src._value = allowlist
-    src._loaded_at = 0.0
-    src._stale = lambda: False  # type: ignore[method-assign]
-    return src

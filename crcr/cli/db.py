@@ -55,7 +55,12 @@ def prune(
         if dry_run:
             typer.echo(f"{prunable(sessions, cutoff)} payload(s) older than {days:g} day(s) would be dropped")
             return
-        n = prune_payloads(sessions, cutoff)
+        from rich.console import Console
+        from rich.progress import Progress
+
+        with Progress(console=Console(stderr=True), transient=True) as progress:
+            bar = progress.add_task("dropping payloads", total=prunable(sessions, cutoff))
+            n = prune_payloads(sessions, cutoff, progress=lambda k: progress.advance(bar, k))
         typer.echo(f"dropped {n} payload(s) older than {days:g} day(s)")
     finally:
         engine.dispose()

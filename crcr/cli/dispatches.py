@@ -105,6 +105,7 @@ def redeliver(
     ids: list[int] = typer.Argument(None, help="dispatch ids"),
     all_dead: bool = typer.Option(False, "--all-dead", help="every dispatch in state dead"),
 ) -> None:
+    from rich.console import Console
     from rich.progress import Progress
     from sqlalchemy import select
 
@@ -121,7 +122,7 @@ def redeliver(
             with runtime.sessions() as s:
                 wanted += list(s.scalars(select(Dispatch.id).where(Dispatch.state == DEAD).order_by(Dispatch.id)))
         moved: list[int] = []
-        with Progress(transient=True) as progress:
+        with Progress(console=Console(stderr=True), transient=True) as progress:
             task = progress.add_task("redelivering", total=len(wanted))
             for start in range(0, len(wanted), 200):
                 chunk = wanted[start:start + 200]

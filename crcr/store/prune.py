@@ -8,6 +8,7 @@ becomes NULL and ``pruned_at`` records when. A pruned delivery cannot be redeliv
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from sqlalchemy import Select, exists, select, update
 from sqlalchemy.orm import sessionmaker
@@ -26,8 +27,12 @@ def _query(cutoff: dt.datetime) -> Select:
 
 
 def prune_payloads(sessions: sessionmaker, cutoff: dt.datetime, *, now: dt.datetime | None = None,
-                   batch: int = 500) -> int:
-    """Drop payloads of deliveries received before ``cutoff``; returns how many."""
+                   batch: int = 500, progress: Callable[[int], None] | None = None) -> int:
+    """Drop payloads of deliveries received before ``cutoff``; returns how many.
+
+    Works in batches (short transactions, so a running relay keeps writing);
+    ``progress(n)`` is called after each batch with the number just dropped.
+    """
     now = now or dt.datetime.now(dt.UTC)
     total = 0
     while True:
@@ -37,3 +42,5 @@ def prune_payloads(sessions: sessionmaker, cutoff: dt.datetime, *, now: dt.datet
                 return total
             s.execute(update(Delivery).where(Delivery.id.in_(ids)).values(payload=None, pruned_at=now))
             total += len(ids)
+        if progress is not None:
+            progress(len(ids))
