@@ -121,16 +121,18 @@ class ConsumerThread:
     """Runs an ``InProcessConsumer`` in a daemon thread; ``stop()`` waits for running tasks."""
 
     def __init__(self, huey: Huey, *, workers: int = 4, max_delay: float = 0.5, periodic: bool = False,
-                 wakeup: Wakeup | None = None) -> None:
+                 wakeup: Wakeup | None = None, shutdown_timeout_s: float = 10.0) -> None:
+        # a shutdown waits this long for running tasks (a local target may run for minutes);
+        # what is cut short keeps its row open and the sweeper sends it again later
         self.consumer = InProcessConsumer(huey, wakeup=wakeup, workers=workers, periodic=periodic,
                                           max_delay=max_delay, initial_delay=0.05, backoff=1.5,
-                                          check_worker_health=True)
+                                          check_worker_health=True, shutdown_timeout=shutdown_timeout_s)
         self.thread = threading.Thread(target=self.consumer.run, name="crcr-consumer", daemon=True)
 
     def start(self) -> None:
         self.thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 15.0) -> None:
         try:
             self.consumer.stop(graceful=True)
         except Exception:  # a consumer that never started has nothing to stop
