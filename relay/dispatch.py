@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import Update, and_, or_, select, update
 
 from crcr.contracts.dispatch import MAX_CLIENT_PAYLOAD_BYTES, ClientPayload
 from crcr.github.dispatch import DispatchFailure, send_repository_dispatch
@@ -69,7 +69,7 @@ def _lease(runtime: Runtime, kind: str, timeout_s: float) -> dt.timedelta:
     return dt.timedelta(seconds=runtime.settings.dispatch_timeout_s * 3 + 2)
 
 
-def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta):  # -> Update
+def _claim_stmt(dispatch_id: int, now: dt.datetime, lease: dt.timedelta) -> Update:
     return (
         update(_TABLE)
         .where(
@@ -124,8 +124,9 @@ def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, a
             raise DispatchFailure(f"{row.target} is no longer in the allowlist", False)
         client_payload = build_client_payload(delivery)
         removed: list[str] = []
-        # re-encoding can grow a compact body (", " separators, \u escapes): measure unless far below
-        if delivery.payload_bytes * 1.5 + 1024 >= MAX_CLIENT_PAYLOAD_BYTES:
+        # re-encoding can grow the body up to 3x (", " separators, \uXXXX escapes of UTF-8
+        # text): only a payload far below the limit skips measuring
+        if delivery.payload_bytes * 3 + 1024 >= MAX_CLIENT_PAYLOAD_BYTES:
             client_payload, removed = trim_client_payload(client_payload)
         trimmed = removed or None
         if removed:

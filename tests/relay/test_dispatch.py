@@ -220,3 +220,15 @@ def test_sweeper_recovers_a_task_lost_from_the_queue_but_not_one_still_queued(se
     assert sweep_once(runtime) == 1
     (task,) = [runtime.huey.deserialize_task(d) for d in runtime.huey.storage.enqueued_items()]
     assert task.args == (rid,)
+
+
+def test_non_ascii_payload_is_measured_as_sent_not_as_received(setup):
+    """25,000 'é' are 50 KB of UTF-8 in the webhook but 150 KB once JSON-escaped for GitHub."""
+    build, _, gh = setup
+    client, runtime = build()
+    payload = pr_payload()
+    payload["pull_request"]["body"] = "é" * 25_000
+    post_webhook(client, "pull_request", payload, delivery="utf8")
+    assert dispatch.attempt(runtime, _row(runtime, "utf8").id).state == "sent"
+    (call,) = gh.dispatches()
+    assert call.body["client_payload"]["crcr_trimmed"] == ["/payload/pull_request/body"]
