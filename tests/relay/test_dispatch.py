@@ -228,7 +228,9 @@ def test_non_ascii_payload_is_measured_as_sent_not_as_received(setup):
     client, runtime = build()
     payload = pr_payload()
     payload["pull_request"]["body"] = "é" * 25_000
-    post_webhook(client, "pull_request", payload, delivery="utf8")
+    body = json.dumps(payload, ensure_ascii=False).encode()  # as GitHub sends it: raw UTF-8
+    assert len(body) < 64 * 1024
+    post_webhook(client, "pull_request", None, body=body, delivery="utf8")
     assert dispatch.attempt(runtime, _row(runtime, "utf8").id).state == "sent"
     (call,) = gh.dispatches()
     assert call.body["client_payload"]["crcr_trimmed"] == ["/payload/pull_request/body"]
