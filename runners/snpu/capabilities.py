@@ -160,7 +160,13 @@ def build(sweep_data: dict[str, Any] | None = None) -> dict[str, Any]:
         "torch_version": str(torch.__version__),
         "unsupported_op_error": "NotImplementedError (runners.snpu.errors.SnpuUnsupportedOpError)",
         "unsupported_dtype_error": "TypeError (runners.snpu.errors.SnpuDtypeError)",
-        "dtypes": {"native": list(NATIVE), "indexing_only": list(INDEXING), "refused": list(REFUSED)},
+        # integers and bool run on the vector unit (indexing, masks, integer arithmetic);
+        # matmul and the special-function unit are float-only
+        "dtypes": {
+            "native_float": list(NATIVE),
+            "integer_and_bool": list(INDEXING),
+            "refused": list(REFUSED),
+        },
         "features": dict(FEATURES),
         "limits": limits(),
         "aten_ops": ops,

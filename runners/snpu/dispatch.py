@@ -224,7 +224,16 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
             raise SnpuUnsupportedOpError(func.name())
         out = _run_on_cpu(func, cpu_args, cpu_kwargs)
     else:
-        out = kernel.fn(func, cpu_args, cpu_kwargs)
+        # a kernel runs many small tile computations: intra-op threads only add
+        # synchronisation (and stall badly on a loaded machine), as one core runs a tile
+        threads = torch.get_num_threads()
+        if threads != 1:
+            torch.set_num_threads(1)
+        try:
+            out = kernel.fn(func, cpu_args, cpu_kwargs)
+        finally:
+            if threads != 1:
+                torch.set_num_threads(threads)
     if isinstance(out, _Raw):
         return out.value
     if func._schema.is_mutable:

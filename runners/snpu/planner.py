@@ -290,7 +290,11 @@ def _estimate_matmul(
     m, n, k = _ceil(per_m, sm), _ceil(per_n, sn), _ceil(per_k, sk)
     cost = _matmul_tile_cost(machine, dtype, 0, m, n, k, True, True, cb * cm * cn * ck)
     ring = 0 if ck == 1 else (ck - 1) * per_m * per_n * 4 // machine.ring_bytes_per_cycle
-    return per_b * sm * sn * sk * cost.cycles + cost.dma_cycles + ring
+    return per_b * sm * sn * sk * cost.cycles + cost.dma_cycles + ring, per_b * sm * sn * sk
+
+
+# plans within this fraction of the fastest are equal: the one with fewest tiles wins
+_PLAN_TIE = 0.01
 
 
 def k_split_allowed(batch: int, m: int, n: int, dtype: torch.dtype, machine: Machine) -> bool:
@@ -308,7 +312,7 @@ def plan_matmul(batch: int, m: int, n: int, k: int, dtype: torch.dtype, machine:
     st = machine.stick_elems(dtype)
     n_units, k_units = _ceil(max(n, 1), st), _ceil(max(k, 1), st)
     pow2 = [2**i for i in range(int(math.log2(machine.cores)) + 1)]
-    best: tuple[float, tuple[int, ...]] | None = None
+    candidates: list[tuple[float, int, tuple[int, ...]]] = []
     for cb in pow2:
         if cb > max(batch, 1):
             break
@@ -336,14 +340,18 @@ def plan_matmul(batch: int, m: int, n: int, k: int, dtype: torch.dtype, machine:
                             kt = min(kt, per_k)
                             if kt < min(st, per_k) or kt <= 0:
                                 continue
-                            est = _estimate_matmul(machine, dtype, shape, cb, cm, cn, ck, mt, nt, kt)
-                            if best is None or est < best[0]:
-                                best = (est, (cb, cm, cn, ck, mt, nt, kt))
+                            est, steps = _estimate_matmul(machine, dtype, shape, cb, cm, cn, ck, mt, nt, kt)
+                            candidates.append((est, steps, (cb, cm, cn, ck, mt, nt, kt)))
+    best = None
+    if candidates:
+        fastest = min(c[0] for c in candidates)
+        # among (nearly) equally fast plans, fewer and larger tiles: less descriptor work
+        best = min((c for c in candidates if c[0] <= fastest * (1 + _PLAN_TIE)), key=lambda c: (c[1], c[0]))
     if best is None:
         raise SnpuPlanError(
             f"no tiling of a {m}x{k} @ {k}x{n} matmul fits {machine.usable_scratchpad_bytes} bytes"
         )
-    cb, cm, cn, ck, mt, nt, kt = best[1]
+    cb, cm, cn, ck, mt, nt, kt = best[2]
     per_m = _ceil(max(m, 1), cm)
     per_n_units = _ceil(n_units, cn)
     per_k_units = _ceil(k_units, ck)
@@ -395,21 +403,23 @@ def _attention_footprint(lq: int, sc: int, e: int, ev: int, isz: int) -> int:
 
 @functools.lru_cache(maxsize=1024)
 def plan_attention(
-    n: int, lq_total: int, s: int, e: int, ev: int, dtype: torch.dtype, machine: Machine
+    n: int, lq_total: int, s: int, e: int, ev: int, dtype: torch.dtype, machine: Machine, causal: bool = False
 ) -> Plan:
     """Flash-style attention: (batch x heads) and query blocks across cores, keys in chunks.
 
     Each tile holds a block of query rows and one chunk of keys and values; a core walks
     the chunks in order keeping the running max, sum and output accumulator, so the
-    softmax over keys is never split across cores.
+    softmax over keys is never split across cores. With ``causal`` (top-left aligned)
+    the tiles whose keys all lie after their last query are not planned at all.
     """
     isz = _itemsize(dtype)
     st = machine.stick_elems(dtype)
     n, lq_total, s = max(n, 1), max(lq_total, 1), max(s, 1)
     best = None
-    for lq in (lq_total, 512, 256, 128, 64, 32, 16, 8):
+    # causal: smaller query blocks let whole tiles above the diagonal be skipped
+    for lq in ((256,) if causal else (lq_total,)) + (512, 256, 128, 64, 32, 16, 8):
         lq = min(lq, lq_total)
-        for sc in (_ceil(s, st) * st, 1024, 512, 256, 128, 64, st):
+        for sc in ((256,) if causal else ()) + (_ceil(s, st) * st, 1024, 512, 256, 128, 64, st):
             sc = min(sc, _ceil(s, st) * st)
             if _attention_footprint(lq, sc, e, ev, isz) <= machine.usable_scratchpad_bytes:
                 best = (lq, sc)
@@ -433,8 +443,10 @@ def plan_attention(
     tiles = []
     for core, ranges in _enumerate(splits):
         _, (q0, q1), (k0, k1) = ranges  # one batch-head per tile
+        if causal and k0 > q1 - 1:
+            continue
         rows, chunk = q1 - q0, k1 - k0
-        first, last = k0 == 0, k1 == s
+        first, last = k0 == 0, k1 == s or (causal and k1 >= q1)
         macs = rows * chunk * (e + ev)
         sticks = (rows * _ceil(e, st) if first else 0) + chunk * (_ceil(e, st) + _ceil(ev, st))
         sticks += rows * _ceil(ev, st) if last else 0

@@ -29,6 +29,28 @@ def _expand_kv(q: torch.Tensor, t: torch.Tensor, gqa: bool) -> torch.Tensor:
     return t
 
 
+def _tile_bias(
+    mask3: torch.Tensor | None,
+    is_causal: bool,
+    n: slice,
+    q0: int,
+    q1: int,
+    k0: int,
+    k1: int,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """The additive mask of one tile (0 where attending, -inf where not), in q's dtype."""
+    if mask3 is not None:
+        m = load(mask3, (n, slice(q0, q1), slice(k0, k1)))
+        if m.dtype == torch.bool:
+            return torch.zeros(m.shape, dtype=dtype).masked_fill(~m, float("-inf"))
+        return m.to(dtype)
+    if is_causal:
+        allowed = torch.arange(k0, k1)[None, :] <= torch.arange(q0, q1)[:, None]
+        return torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, float("-inf"))[None]
+    return None
+
+
 def flash_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -38,7 +60,12 @@ def flash_forward(
     scale: float | None,
     gqa: bool,
 ) -> torch.Tensor:
-    """Attention on device memory (CPU tensors), tile by tile; returns q's dtype."""
+    """Attention on device memory (CPU tensors), tile by tile; returns q's dtype.
+
+    Each tile runs the CPU's fused attention on its query block and key chunk and
+    returns the block's output and log-sum-exp; chunks of one block merge exactly
+    through their log-sum-exps. Causal tiles wholly above the diagonal are not planned.
+    """
     k, v = _expand_kv(q, k, gqa), _expand_kv(q, v, gqa)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     L, E = q.shape[-2], q.shape[-1]
@@ -47,53 +74,42 @@ def flash_forward(
     q3 = q.expand(*batch, L, E).reshape(n, L, E)
     k3 = k.expand(*batch, S, E).reshape(n, S, E)
     v3 = v.expand(*batch, S, Ev).reshape(n, S, Ev)
-    bias = None
-    if mask is not None:
-        m = mask.expand(*batch, L, S).reshape(n, L, S)
-        bias = (
-            torch.zeros(m.shape, dtype=torch.float32).masked_fill(~m, float("-inf"))
-            if m.dtype == torch.bool
-            else m.float()
+    mask3 = mask.expand(*batch, L, S).reshape(n, L, S) if mask is not None else None
+    plan = plan_attention(n, L, S, E, Ev, q.dtype, machine.current(), is_causal)
+    out = torch.zeros(n, L, Ev, dtype=q.dtype)
+    last: dict[tuple[int, int], int] = {}
+    for i, tile in enumerate(plan.tiles):
+        last[(tile.ranges[0][0], tile.ranges[1][0])] = i
+    state: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    for i, tile in enumerate(plan.tiles):
+        (n0, n1), (q0, q1), (k0, k1) = tile.ranges
+        ns = slice(n0, n1)
+        qt = load(q3, (ns, slice(q0, q1))).unsqueeze(1)
+        kt = load(k3, (ns, slice(k0, k1))).unsqueeze(1)
+        vt = load(v3, (ns, slice(k0, k1))).unsqueeze(1)
+        diagonal = is_causal and mask3 is None and q0 == k0 and q1 - q0 == k1 - k0
+        bias = None if diagonal else _tile_bias(mask3, is_causal, ns, q0, q1, k0, k1, q.dtype)
+        o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+            qt, kt, vt, 0.0, diagonal, attn_mask=bias.unsqueeze(1) if bias is not None else None, scale=scale
         )
-    if is_causal:
-        causal = torch.ones(L, S, dtype=torch.bool).tril()
-        cbias = torch.zeros(L, S).masked_fill(~causal, float("-inf"))
-        bias = cbias.expand(n, L, S) if bias is None else bias + cbias
-    scale = scale if scale is not None else 1.0 / math.sqrt(E)
-    plan = plan_attention(n, L, S, E, Ev, q.dtype, machine.current())
-    out = torch.empty(n, L, Ev, dtype=q.dtype)
-    if n and L and S:
-        state: dict[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        for tile in plan.tiles:
-            (n0, n1), (q0, q1), (k0, k1) = tile.ranges
-            key = (n0, q0, q1)
-            qt = load(q3, (slice(n0, n1), slice(q0, q1))).float()
-            kt = load(k3, (slice(n0, n1), slice(k0, k1))).float()
-            vt = load(v3, (slice(n0, n1), slice(k0, k1))).float()
-            scores = torch.bmm(qt, kt.transpose(1, 2)) * scale
-            if bias is not None:
-                scores = scores + load(bias, (slice(n0, n1), slice(q0, q1), slice(k0, k1)))
-            if key in state:
-                m_prev, l_prev, acc = state[key]
-            else:
-                m_prev = torch.full((n1 - n0, q1 - q0, 1), float("-inf"))
-                l_prev = torch.zeros(n1 - n0, q1 - q0, 1)
-                acc = torch.zeros(n1 - n0, q1 - q0, Ev)
-            m_new = torch.maximum(m_prev, scores.amax(dim=-1, keepdim=True))
-            # rows masked so far have max -inf: shift by 0 instead so exp gives 0, not nan
-            shift = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
-            p = torch.exp(scores - shift)
-            corr = torch.exp(
-                torch.where(torch.isinf(m_prev), torch.full_like(m_prev, float("-inf")), m_prev - shift)
-            )
-            l_new = l_prev * corr + p.sum(dim=-1, keepdim=True)
-            acc = acc * corr + torch.bmm(p, vt)
-            if k1 == S:
-                res = torch.where(l_new > 0, acc / l_new.clamp_min(1e-30), torch.zeros_like(acc))
-                out[n0:n1, q0:q1] = res.to(q.dtype)
-                state.pop(key, None)
-            else:
-                state[key] = (m_new, l_new, acc)
+        o, lse = o[:, 0].float(), lse[:, 0].float()
+        if bias is not None:
+            # rows this chunk masks entirely contribute nothing (the kernel reports lse 0)
+            dead = torch.isneginf(bias).all(dim=-1).expand_as(lse)
+            lse = lse.masked_fill(dead, float("-inf"))
+            o = o.masked_fill(dead.unsqueeze(-1), 0.0)
+        key = (n0, q0)
+        if key in state:
+            acc, run_lse = state[key]
+            new = torch.logaddexp(run_lse, lse)
+            safe = torch.where(torch.isneginf(new), torch.zeros_like(new), new)
+            acc = acc * torch.exp(run_lse - safe).unsqueeze(-1) + o * torch.exp(lse - safe).unsqueeze(-1)
+            state[key] = (acc, new)
+        else:
+            state[key] = (o, lse)
+        if last[key] == i:
+            acc, _ = state.pop(key)
+            out[n0:n1, q0:q1] = acc.to(q.dtype)
     run(plan, OP)
     return out.reshape(*batch, L, Ev)
 

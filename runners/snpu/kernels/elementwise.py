@@ -197,26 +197,22 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
         run(plan, func.name())
         return out
 
-    def flat(t: torch.Tensor) -> torch.Tensor:
-        return t.expand(shape).reshape(-1)
-
     flat_args = list(args)
     for i in tensor_pos:
-        flat_args[i] = flat(args[i])
+        flat_args[i] = _Operand(args[i], shape)
     flat_kwargs = dict(kwargs)
     for k in tensor_kw:
-        flat_kwargs[k] = flat(kwargs[k])
+        flat_kwargs[k] = _Operand(kwargs[k], shape)
     # an in-place op computes into a contiguous copy of its target when it must
-    out = flat_args[0] if mutates else torch.empty(numel, dtype=meta_out.dtype)
+    out = flat_args[0].flat_target() if mutates else torch.empty(numel, dtype=meta_out.dtype)
     tile_args = list(flat_args)
     tile_kwargs = dict(flat_kwargs)
     for tile in plan.tiles:
         a, b = tile.ranges[0]
-        region = (slice(a, b),)
         for i in tensor_pos:
-            tile_args[i] = load(flat_args[i], region)
+            tile_args[i] = flat_args[i].tile(a, b)
         for k in tensor_kw:
-            tile_kwargs[k] = load(flat_kwargs[k], region)
+            tile_kwargs[k] = flat_kwargs[k].tile(a, b)
         res = func(*tile_args, **tile_kwargs)
         out[a:b] = res
     run(plan, func.name())
@@ -225,6 +221,46 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
             target.copy_(out.view(shape))
         return target
     return out.view(shape)
+
+
+class _Operand:
+    """An operand broadcast to the output's shape, read tile by tile over the flat output.
+
+    A contiguous operand of the output's shape is read as a flat slice. A broadcast one
+    is read through a (rows, last dim) view of its expansion, copying only the rows the
+    tile spans into the scratchpad; a one-element operand is a stride-0 view.
+    """
+
+    def __init__(self, t: torch.Tensor, shape: torch.Size) -> None:
+        self.t = t
+        self.numel = 1
+        for s in shape:
+            self.numel *= s
+        self.cols = shape[-1] if len(shape) else 1
+        if t.shape == shape and t.is_contiguous():
+            self.mode, self.src = "flat", t.reshape(-1)
+        elif t.numel() == 1:
+            self.mode, self.src = "one", t.reshape(1)
+        else:
+            self.mode, self.src = (
+                "rows",
+                t.expand(shape).reshape(-1, self.cols) if len(shape) > 1 else t.expand(shape),
+            )
+
+    def tile(self, a: int, b: int) -> torch.Tensor:
+        if self.mode == "flat":
+            return load(self.src, (slice(a, b),))
+        if self.mode == "one":
+            return load(self.src, (slice(0, 1),)).expand(b - a)
+        if self.src.dim() == 1:
+            return load(self.src, (slice(a, b),))
+        r0, r1 = a // self.cols, -(-b // self.cols)
+        rows = load(self.src, (slice(r0, r1),)).reshape(-1)
+        return rows[a - r0 * self.cols : b - r0 * self.cols]
+
+    def flat_target(self) -> torch.Tensor:
+        """For in-place ops: the flat memory the result is written to."""
+        return self.src if self.mode == "flat" else self.t.reshape(-1).clone()
 
 
 def _simple(func: Any, args: tuple, kwargs: dict) -> Any:

@@ -57,14 +57,21 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     b = bias.reshape(n) if bias is not None else None
     out = torch.empty(rows, n, dtype=meta[0].dtype)
     # mean and rstd keep the dtype the CPU kernel gives them (the backward expects it)
-    mean = rstd = None
+    stat_dtype = func(x2[:1], [n], w, b, eps)[1].dtype
+    mean = torch.empty(rows, 1, dtype=stat_dtype)
+    rstd = torch.empty(rows, 1, dtype=stat_dtype)
     for tile in plan.tiles:
         (r0, r1), (c0, c1) = tile.ranges
-        o, mu, rs = func(load(x2, (slice(r0, r1), slice(c0, c1))), [n], w, b, eps)
-        if mean is None:
-            mean = torch.empty(rows, 1, dtype=mu.dtype)
-            rstd = torch.empty(rows, 1, dtype=rs.dtype)
-        out[r0:r1], mean[r0:r1], rstd[r0:r1] = o, mu, rs
+        torch.ops.aten.native_layer_norm.out(
+            load(x2, (slice(r0, r1), slice(c0, c1))),
+            [n],
+            w,
+            b,
+            eps,
+            out0=out[r0:r1],
+            out1=mean[r0:r1],
+            out2=rstd[r0:r1],
+        )
     _record(plan, func.name())
     return out.reshape(meta[0].shape), mean.reshape(meta[1].shape), rstd.reshape(meta[2].shape)
 

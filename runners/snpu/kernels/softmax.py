@@ -21,7 +21,10 @@ _SOFTMAX_PASSES = 4
 
 
 def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dtype, fn: Any) -> torch.Tensor:
-    """Apply ``fn(*row_blocks)`` (softmax along the last dim) tile by tile."""
+    """Apply ``fn(*row_blocks, out=rows)`` (softmax along the last dim) tile by tile.
+
+    ``fn`` writes its tile's rows straight into the output rows it is given (the store).
+    """
     m = machine.current()
     x = inputs[0]
     mats = []
@@ -36,7 +39,7 @@ def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dty
         for tile in plan.tiles:
             (r0, r1), (c0, c1) = tile.ranges
             region = (slice(r0, r1), slice(c0, c1))
-            out[r0:r1] = fn(*(load(mat, region) for mat in mats))
+            fn(*(load(mat, region) for mat in mats), out=out[r0:r1])
     run(plan, op)
     return unrows(out, moved_shape, dim, x.dim())
 
@@ -48,19 +51,22 @@ def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     last = x.dim() == 0 or dim % x.dim() == x.dim() - 1
     log = func._schema.name == "aten::_log_softmax"
 
-    def tile(b: torch.Tensor) -> torch.Tensor:
+    out_op = getattr(torch.ops.aten, func._schema.name.split("::")[1]).out
+
+    def tile(b: torch.Tensor, out: torch.Tensor) -> None:
         if last or b.dtype not in (torch.float16, torch.bfloat16):
-            return func(b, -1, half_to_float)
+            out_op(b, -1, half_to_float, out=out)
+            return
         # rows gathered across a non-last dim: work in fp32 and round once, as the CPU
         # reference does along such a dim (max, shifted exp-sum, log)
         wide = b.float()
         shifted = wide - wide.amax(dim=-1, keepdim=True)
         if log:
-            out = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+            res = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
         else:
             e = torch.exp(shifted)
-            out = e / e.sum(dim=-1, keepdim=True)
-        return out.to(meta.dtype)
+            res = e / e.sum(dim=-1, keepdim=True)
+        out.copy_(res)
 
     return _rowwise(func.name(), [x], dim, meta.dtype, tile)
 
@@ -70,14 +76,16 @@ def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim = args[0], args[1]
     dtype = kwargs.get("dtype") if "dtype" in kwargs else (args[2] if len(args) > 2 else None)
     meta = func(x.to("meta"), dim, dtype)
-    return _rowwise(func.name(), [x], dim, meta.dtype, lambda b: func(b, -1, dtype))
+    return _rowwise(func.name(), [x], dim, meta.dtype, lambda b, out: out.copy_(func(b, -1, dtype)))
 
 
 @register("_softmax_backward_data", "_log_softmax_backward_data", category="softmax")
 def softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad, output, dim, input_dtype = args[0], args[1], args[2], args[3]
     meta = func(grad.to("meta"), output.to("meta"), dim, input_dtype)
-    return _rowwise(func.name(), [grad, output], dim, meta.dtype, lambda g, o: func(g, o, -1, input_dtype))
+    return _rowwise(
+        func.name(), [grad, output], dim, meta.dtype, lambda g, o, out: out.copy_(func(g, o, -1, input_dtype))
+    )
 
 
 # --------------------------------------------------------------------------- nll loss
