@@ -223,11 +223,11 @@ def test_sweeper_recovers_a_task_lost_from_the_queue_but_not_one_still_queued(se
 
 
 def test_non_ascii_payload_is_measured_as_sent_not_as_received(setup):
-    """25,000 'é' are 50 KB of UTF-8 in the webhook but 150 KB once JSON-escaped for GitHub."""
+    """14,000 "é" are 28 KB of UTF-8 in the webhook but 84 KB once JSON-escaped for GitHub."""
     build, _, gh = setup
     client, runtime = build()
     payload = pr_payload()
-    payload["pull_request"]["body"] = "é" * 25_000
+    payload["pull_request"]["body"] = "é" * 14_000
     body = json.dumps(payload, ensure_ascii=False).encode()  # as GitHub sends it: raw UTF-8
     assert len(body) < 64 * 1024
     post_webhook(client, "pull_request", None, body=body, delivery="utf8")
