@@ -13,40 +13,45 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from crcr.contracts.inventory import Inventory, InventoryTest
-from crcr.contracts.plan import SOURCE_RANK, Plan, is_pattern, plan_path_for
-from crcr.fileio import atomic_write_text
+from crcr.contracts.plan import Plan, is_pattern, plan_path_for
 from selector.agent.base import Agent, Usage
 from selector.agent.tools import Tools
+from selector.cache import (  # re-exported: the CLI and benchmarks use them through this module
+    Decided,
+    DecisionCache,
+    _state_path,
+    context_digest,
+    record_state,
+    up_to_date,
+)
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 from selector.fingerprint import digest
+from selector.patterns import build_entries
 from selector.planfiles import merge_plan_text, write_plan_file
-from selector.rules import DEFAULT_RULES, RULES_VERSION, RuleContext, classify
+from selector.rules import RuleContext, classify
 
-CACHE_VERSION = "1"
-MIN_GROUP = 2
-RULE_ORDER = {rule.name: i for i, rule in enumerate(DEFAULT_RULES)}
-
-
-@dataclass
-class Decided:
-    mode: str
-    reason: str
-    source: str  # rules | agent
-    fingerprint: str
-    rule: str | None = None
-    pattern: str | None = None
-    confidence: str | None = None
-    evidence: dict[str, str] | None = None
+__all__ = [
+    "Decided",
+    "DecisionCache",
+    "PlanReport",
+    "_state_path",
+    "build_entries",
+    "classify_tests",
+    "context_digest",
+    "record_state",
+    "run_plan",
+    "seed_cache",
+    "up_to_date",
+    "write_plan",
+]
 
 
 @dataclass
@@ -63,58 +68,6 @@ class PlanReport:
     by_mode: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
     seconds: float = 0.0
-
-
-class DecisionCache:
-    """Decisions by test id and fingerprint, plus per-file input/output digests."""
-
-    def __init__(self, path: Path, context: str) -> None:
-        self.path = path
-        self.context = context
-        self.decisions: dict[str, dict[str, Any]] = {}
-        self.files: dict[str, dict[str, str]] = {}
-        if path.is_file():
-            try:
-                data = json.loads(path.read_text(encoding="utf-8"))
-                if data.get("version") == CACHE_VERSION and data.get("context") == context:
-                    self.decisions = data.get("decisions", {})
-                    self.files = data.get("files", {})
-            except (OSError, json.JSONDecodeError):
-                pass  # a broken cache is only a slower run
-
-    def get(self, test: InventoryTest) -> Decided | None:
-        hit = self.decisions.get(test.id)
-        if hit and hit.get("fingerprint") == test.fingerprint:
-            return Decided(**hit)
-        return None
-
-    def put(self, test_id: str, decided: Decided) -> None:
-        self.decisions[test_id] = asdict(decided)
-
-    def save(self) -> None:
-        atomic_write_text(self.path, json.dumps(
-            {"version": CACHE_VERSION, "context": self.context, "decisions": self.decisions, "files": self.files},
-            sort_keys=True, separators=(",", ":"),
-        ))
-
-
-def _code_digest(agent: Agent) -> str:
-    """The deciding code itself: editing a rule or the agent invalidates cached decisions."""
-    import inspect
-
-    from selector import rules
-
-    parts = [Path(rules.__file__).read_bytes()]
-    agent_file = inspect.getsourcefile(type(agent))
-    if agent_file:
-        parts.append(Path(agent_file).read_bytes())
-    return digest(*parts)
-
-
-def context_digest(caps: Capabilities, disabled: DisabledTests | None, agent: Agent) -> str:
-    disabled_digest = hashlib.sha256(disabled.path.read_bytes()).hexdigest()[:16] if disabled else "-"
-    model = getattr(agent, "model", "")
-    return digest(CACHE_VERSION, RULES_VERSION, _code_digest(agent), caps.digest, disabled_digest, agent.name, model)
 
 
 def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, tools: Tools,
@@ -161,132 +114,6 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
     return decided
 
 
-def _entry(test_id: str, d: Decided, with_fp: bool = True) -> dict[str, Any]:
-    e: dict[str, Any] = {"id": test_id, "mode": d.mode, "reason": d.reason, "source": d.source}
-    if d.evidence:
-        e["evidence"] = dict(d.evidence)
-    if with_fp:
-        e["fingerprint"] = d.fingerprint
-    if d.confidence:
-        e["confidence"] = d.confidence
-    return e
-
-
-def build_entries(tests: list[InventoryTest], decided: dict[str, Decided], backend: str, upstream_file: str,
-                  min_group: int = MIN_GROUP) -> list[dict[str, Any]]:
-    """Entries for one file: shared rule patterns once, exceptions and agent decisions exactly."""
-    groups: dict[tuple[str, str, str], list[InventoryTest]] = defaultdict(list)
-    singles: list[InventoryTest] = []
-    for t in tests:
-        d = decided.get(t.id)
-        if d is None:
-            continue
-        if d.source == "rules" and d.pattern and not d.evidence:
-            groups[(d.pattern, d.mode, d.reason)].append(t)
-        else:
-            singles.append(t)
-    patterns: list[dict[str, Any]] = []
-    for (pattern, mode, reason), members in groups.items():
-        if len(members) >= min_group:
-            rule = decided[members[0].id].rule or ""
-            patterns.append({"id": pattern, "mode": mode, "reason": reason, "source": "rules", "_rule": rule})
-        else:
-            singles.extend(members)
-    # Among patterns of one source, the later entry wins: write them in reverse rule order,
-    # so a test two patterns match resolves to the rule that decided it (the earlier one).
-    patterns.sort(key=lambda e: (-RULE_ORDER.get(e["_rule"], 0), e["id"], e["reason"]))
-    for e in patterns:
-        del e["_rule"]
-    exact = [_entry(t.relative_id, decided[t.id]) for t in sorted(singles, key=lambda t: t.id)]
-    entries = patterns + exact
-    return entries + _exceptions(entries, tests, decided, backend, upstream_file)
-
-
-def _literal_runs(pattern: str) -> list[str]:
-    """Literal stretches every match must contain (outside groups, escapes undone).
-
-    Conservative: anything inside a group, a class, or before a quantifier is dropped,
-    and a top-level alternation gives no runs at all (every id is then a candidate).
-    """
-    runs, cur, depth, i = [], "", 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if depth == 0 and not nxt.isalnum():
-                cur += nxt
-            else:
-                runs.append(cur)
-                cur = ""
-            i += 2
-            continue
-        if c == "|" and depth == 0:
-            return []
-        if c in "([":
-            depth += 1
-        if c in ".*+?()[]{}|^$" or depth:
-            if c in "*?{" and cur:
-                cur = cur[:-1]  # the quantified character is optional
-            runs.append(cur)
-            cur = ""
-        else:
-            cur += c
-        if c in ")]":
-            depth = max(0, depth - 1)
-        i += 1
-    runs.append(cur)
-    return [r for r in runs if r]
-
-
-def _bounded_tokens(run: str) -> list[str]:
-    """Tokens of a literal run that are whole tokens of any id it occurs in (bounded by _ or ::)."""
-    parts = re.split(r"_|::", run)
-    return [p for j, p in enumerate(parts) if p and 0 < j < len(parts) - 1]
-
-
-def _exceptions(entries: list[dict[str, Any]], tests: list[InventoryTest], decided: dict[str, Decided],
-                backend: str, upstream_file: str) -> list[dict[str, Any]]:
-    """Exact entries for tests a pattern would resolve differently from their decision.
-
-    Same precedence as ``PlanFile.resolve`` (source rank, exact over pattern, later wins),
-    with an inverted index of id tokens so each pattern is tried only on ids that can match.
-    """
-    rels = [t.relative_id for t in tests]
-    index: dict[str, set[int]] = defaultdict(set)
-    for n, rel in enumerate(rels):
-        for tok in re.split(r"_|::", rel):
-            index[tok].add(n)
-    exact: dict[str, tuple[int, int, int]] = {}
-    matches: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    for i, e in enumerate(entries):
-        rank = SOURCE_RANK[e["source"]]
-        if not is_pattern(e["id"]):
-            exact[e["id"]] = (rank, 1, i)
-            continue
-        rx = re.compile(e["id"])
-        runs = _literal_runs(e["id"])
-        tokens = [tok for run in runs for tok in _bounded_tokens(run)]
-        candidates = set.intersection(*(index.get(tok, set()) for tok in tokens)) if tokens else range(len(rels))
-        for n in candidates:
-            rel = rels[n]
-            if all(run in rel for run in runs) and rx.fullmatch(rel):
-                matches[n].append((rank, 0, i))
-    extra = []
-    for n, t in enumerate(tests):
-        d = decided.get(t.id)
-        if d is None:
-            continue
-        keys = list(matches.get(n, []))
-        if rels[n] in exact:
-            keys.append(exact[rels[n]])
-        if keys:
-            winner = entries[max(keys)[2]]
-            if winner["mode"] == d.mode and winner["reason"] == d.reason:
-                continue
-        extra.append(_entry(rels[n], d))
-    return sorted(extra, key=lambda e: e["id"])
-
-
 def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backend: str,
                cache: DecisionCache | None = None, report: PlanReport | None = None,
                progress: Callable[[int], None] | None = None) -> PlanReport:
@@ -330,39 +157,6 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
         if progress:
             progress(1)
     return report
-
-
-def _state_path(data_dir: Path, backend: str, out_dir: Path) -> Path:
-    return data_dir / "selector" / f"plan-state-{backend}-{digest(str(out_dir.resolve()))}.json"
-
-
-def _files_digest(out_dir: Path) -> str:
-    h = hashlib.sha256()
-    if out_dir.is_dir():
-        for p in sorted(out_dir.rglob("*.yaml")):
-            h.update(str(p.relative_to(out_dir)).encode())
-            h.update(hashlib.sha256(p.read_bytes()).digest())
-    return h.hexdigest()
-
-
-def up_to_date(inventory_digest: str, context: str, backend: str, out_dir: Path, data_dir: Path) -> bool:
-    """True when the last plan used this very inventory and context and its files are untouched.
-
-    The check reads only digests (no inventory parsing, no classification), which is what
-    makes re-planning an unchanged inventory cheap.
-    """
-    state = _state_path(data_dir, backend, out_dir)
-    try:
-        data = json.loads(state.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return False
-    return (data.get("inventory") == inventory_digest and data.get("context") == context
-            and data.get("files") == _files_digest(out_dir))
-
-
-def record_state(inventory_digest: str, context: str, backend: str, out_dir: Path, data_dir: Path) -> None:
-    atomic_write_text(_state_path(data_dir, backend, out_dir), json.dumps(
-        {"inventory": inventory_digest, "context": context, "files": _files_digest(out_dir)}, sort_keys=True))
 
 
 def seed_cache(cache: DecisionCache, previous: Plan, tests: list[InventoryTest], keep: set[str], ctx: RuleContext) -> int:
