@@ -200,3 +200,12 @@ def test_plan_with_claude_via_cli_never_prints_or_stores_the_key(cli, tmp_path, 
     for p in tmp_path.rglob("*"):
         if p.is_file():
             assert KEY.encode() not in p.read_bytes(), p
+
+
+def test_overloaded_api_is_retried_then_answers(inventory, caps, disabled, tools):
+    t = _undecided(inventory, caps, disabled)[:2]
+    with FakeAnthropic(honest_model, api_key=KEY) as fake:
+        fake.fail_next = [529]
+        answers, usage = ClaudeAgent(api_key=KEY, base_url=fake.url).decide(t, tools)
+    assert set(answers) == {x.id for x in t}
+    assert len(fake.requests) == usage.requests + 1  # the refused attempt was retried by the SDK
