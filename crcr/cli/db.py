@@ -30,10 +30,12 @@ def upgrade(revision: str = typer.Option("head", help="target revision")) -> Non
         engine.dispose()
 
 
-@app.command(help="""Drop raw webhook payloads older than DAYS (the rows and dispatch history stay).
+@app.command(help="""Retention: drop data older than DAYS.
 
-Deliveries with a dispatch still pending or retrying keep their payload. A pruned
-delivery can no longer be redelivered.""")
+Raw webhook payloads are dropped (the delivery rows and dispatch history stay;
+deliveries with a dispatch still pending or retrying keep their payload; a pruned
+delivery can no longer be redelivered). Callback log rows and results uploads of
+that age are deleted (jobs and check runs stay).""")
 def prune(
     older_than: float = typer.Option(None, "--older-than", help="age in days (default CRCR_RETENTION_DAYS)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only count what would be dropped"),
@@ -58,9 +60,14 @@ def prune(
         from rich.console import Console
         from rich.progress import Progress
 
+        from crcr.store.jobs import prune_callback_data
+
         with Progress(console=Console(stderr=True), transient=True) as progress:
             bar = progress.add_task("dropping payloads", total=prunable(sessions, cutoff))
             n = prune_payloads(sessions, cutoff, progress=lambda k: progress.advance(bar, k))
-        typer.echo(f"dropped {n} payload(s) older than {days:g} day(s)")
+            progress.update(bar, description="dropping callback logs and results uploads")
+            other = prune_callback_data(sessions, cutoff)
+        extra = ", ".join(f"{k} {v}" for k, v in other.items())
+        typer.echo(f"dropped {n} payload(s) older than {days:g} day(s); deleted rows: {extra}")
     finally:
         engine.dispose()
