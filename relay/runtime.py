@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from huey import Huey
 from sqlalchemy.engine import Engine
@@ -29,6 +29,9 @@ from crcr.settings import Settings
 from crcr.store.base import make_engine, make_sessionmaker
 from relay.allowlist import AllowlistSource
 from relay.metrics import RelayMetrics
+
+if TYPE_CHECKING:
+    from crcr.github import GitHubApp
 
 log = logging.getLogger("crcr.relay")
 
@@ -100,7 +103,7 @@ class Runtime:
         if self.write_lock is None:
             self.write_lock = threading.Lock() if self.engine.dialect.name == "sqlite" else contextlib.nullcontext()
 
-    def github(self):  # -> crcr.github.GitHubApp
+    def github(self) -> GitHubApp:
         """The GitHub App client, built on first use (only `github` targets need one)."""
         with self._github_lock:
             if self._github is None:
