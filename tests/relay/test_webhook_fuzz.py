@@ -40,7 +40,7 @@ def test_signed_arbitrary_json_never_5xx(tmp_path_factory):
     with TestClient(_app(tmp_path_factory)) as client:
         runtime = client.app.state.runtime
 
-        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(payload=JSON, event=EVENTS, delivery=st.uuids().map(str) | HEADER_TEXT)
         def check(payload, event, delivery):
             body = json.dumps(payload).encode()
@@ -59,7 +59,7 @@ def test_unsigned_or_badly_signed_bodies_store_nothing(tmp_path_factory):
     with TestClient(_app(tmp_path_factory)) as client:
         runtime = client.app.state.runtime
 
-        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+        @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(body=st.binary(max_size=300) | JSON.map(lambda j: json.dumps(j).encode()),
                signature=st.none() | HEADER_TEXT | st.text(st.sampled_from("0123456789abcdef"), min_size=64,
                                                             max_size=64).map(lambda h: "sha256=" + h),
