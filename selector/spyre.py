@@ -116,7 +116,10 @@ def import_spyre(text: str, backend: str, where: str = "<spyre>") -> tuple[dict[
                 if not isinstance(name, str) or "::" not in name:
                     notes.append(f"{where}: {upstream}: name {name!r} is not Class::test; skipped")
                     continue
-                entries.append({"id": _name_pattern(name), "mode": mode, "source": "reviewer",
+                method = name.split("::", 1)[1]
+                instantiated = re.search(rf"_{re.escape(backend)}(_|$)", method) is not None
+                # an instantiated name (what our export writes) stays exact; a generic one covers its variants
+                entries.append({"id": name if instantiated else _name_pattern(name), "mode": mode, "source": "reviewer",
                                 "reason": f"imported from torch-spyre test_suite_config: {group['mode']} for {name}{edits}"})
         unlisted = FROM_SPYRE.get(f.get("unlisted_test_mode", "skip"), "skip")
         doc = {
