@@ -107,6 +107,23 @@ def _op_tokens(op: str) -> set[str]:
     return {n for n in names if len(n) > 2}
 
 
+_KERNEL_SUFFIXES = ("_out", "_kernel", "_impl", "_cpu", "_cuda", "_stub", "_forward", "_backward", "_template")
+
+
+def _kernel_names(word: str) -> list[str]:
+    """``softmax_cpu_out`` -> softmax_cpu_out, softmax_cpu, softmax (kernel naming conventions)."""
+    names = [word]
+    changed = True
+    while changed:
+        changed = False
+        for suffix in _KERNEL_SUFFIXES:
+            if names[-1].endswith(suffix) and len(names[-1]) > len(suffix) + 2:
+                names.append(names[-1][: -len(suffix)])
+                changed = True
+                break
+    return names
+
+
 class OpTouched(Heuristic):
     name = "op-touched"
 
@@ -117,9 +134,8 @@ class OpTouched(Heuristic):
                 continue
             for h in d.hunks:
                 for word in _WORD.findall("\n".join([h.context, *h.added, *h.removed])):
-                    touched.setdefault(word, f"{d.path}:{h.start}")
-                    if word.endswith("_out") or word.endswith("_kernel"):
-                        touched.setdefault(word.rsplit("_", 1)[0], f"{d.path}:{h.start}")
+                    for name in _kernel_names(word):
+                        touched.setdefault(name, f"{d.path}:{h.start}")
         out: dict[str, Signal] = {}
         for t in tests:
             if not t.op:
