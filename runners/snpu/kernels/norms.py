@@ -38,12 +38,10 @@ def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
 @register("native_layer_norm", category="norm")
 def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     x, normalized_shape, weight, bias, eps = args
-    meta = func(
-        x.to("meta"),
-        normalized_shape,
-        *(w.to("meta") if w is not None else None for w in (weight, bias)),
-        eps,
-    )
+    k = len(normalized_shape)
+    if x.dim() < k or tuple(x.shape[x.dim() - k :]) != tuple(normalized_shape):
+        return func(*args)  # PyTorch's own shape error, from the CPU kernel
+    stat_shape = tuple(x.shape[: x.dim() - k]) + (1,) * k
     n = 1
     for s in normalized_shape:
         n *= s
@@ -55,7 +53,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     x2 = x.reshape(rows, n)
     w = weight.reshape(n) if weight is not None else None
     b = bias.reshape(n) if bias is not None else None
-    out = torch.empty(rows, n, dtype=meta[0].dtype)
+    out = torch.empty(rows, n, dtype=x.dtype)
     # mean and rstd keep the dtype the CPU kernel gives them (the backward expects it)
     stat_dtype = func(x2[:1], [n], w, b, eps)[1].dtype
     mean = torch.empty(rows, 1, dtype=stat_dtype)
@@ -73,7 +71,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
             out2=rstd[r0:r1],
         )
     _record(plan, func.name())
-    return out.reshape(meta[0].shape), mean.reshape(meta[1].shape), rstd.reshape(meta[2].shape)
+    return out.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
 
 
 @register("native_layer_norm_backward", category="norm")
