@@ -152,3 +152,25 @@ def test_inventory_file_outside_test_tree_cannot_escape_the_plan_dir(caps, disab
     assert not (tmp_path / "outside.yaml").exists()
     # and the agent's source reader stays inside its root
     assert Tools(caps, evil.by_id(), UPSTREAM).read_test_source("../../outside.py::C::test_x") is None
+
+
+def test_resolver_prefilter_never_changes_a_match():
+    """The contract's literal prefilter must be conservative: whatever fullmatches contains the literals."""
+    import random
+    import re
+
+    from crcr.contracts.plan import required_literals
+
+    rng = random.Random(7)
+    atoms = ["a", "b", "_", ":", ".", ".*", "(a|b)", "[ab]", "a?", "b*", "\\.", "(_.*)?", "a{1,2}", "\\w", "b+", "(?i)A"]
+    for _ in range(3000):
+        pattern = "".join(rng.choice(atoms) for _ in range(rng.randint(1, 6)))
+        try:
+            rx = re.compile(pattern)
+        except re.error:
+            continue
+        lits = required_literals(pattern)
+        for _ in range(15):
+            s = "".join(rng.choice("ab_:.A") for _ in range(rng.randint(0, 8)))
+            if rx.fullmatch(s):
+                assert all(lit in s for lit in lits), (pattern, lits, s)
