@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import Any
 
 from crcr.contracts.inventory import InventoryTest
-from crcr.contracts.plan import SOURCE_RANK, is_pattern
+from crcr.contracts.plan import SOURCE_RANK, is_pattern, required_literals
 from selector.cache import Decided
 from selector.rules import DEFAULT_RULES
 
@@ -62,42 +62,6 @@ def build_entries(tests: list[InventoryTest], decided: dict[str, Decided], backe
     return entries + _exceptions(entries, tests, decided, backend, upstream_file)
 
 
-def _literal_runs(pattern: str) -> list[str]:
-    """Literal stretches every match must contain (outside groups, escapes undone).
-
-    Conservative: anything inside a group, a class, or before a quantifier is dropped,
-    and a top-level alternation gives no runs at all (every id is then a candidate).
-    """
-    runs, cur, depth, i = [], "", 0, 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if depth == 0 and not nxt.isalnum():
-                cur += nxt
-            else:
-                runs.append(cur)
-                cur = ""
-            i += 2
-            continue
-        if c == "|" and depth == 0:
-            return []
-        if c in "([":
-            depth += 1
-        if c in ".*+?()[]{}|^$" or depth:
-            if c in "*?{" and cur:
-                cur = cur[:-1]  # the quantified character is optional
-            runs.append(cur)
-            cur = ""
-        else:
-            cur += c
-        if c in ")]":
-            depth = max(0, depth - 1)
-        i += 1
-    runs.append(cur)
-    return [r for r in runs if r]
-
-
 def _bounded_tokens(run: str) -> list[str]:
     """Tokens of a literal run that are whole tokens of any id it occurs in (bounded by _ or ::)."""
     parts = re.split(r"_|::", run)
@@ -124,7 +88,7 @@ def _exceptions(entries: list[dict[str, Any]], tests: list[InventoryTest], decid
             exact[e["id"]] = (rank, 1, i)
             continue
         rx = re.compile(e["id"])
-        runs = _literal_runs(e["id"])
+        runs = required_literals(e["id"])
         tokens = [tok for run in runs for tok in _bounded_tokens(run)]
         candidates = set.intersection(*(index.get(tok, set()) for tok in tokens)) if tokens else range(len(rels))
         for n in candidates:
