@@ -4,8 +4,8 @@ Read keys (others are kept for the agent's tool but not interpreted)::
 
     backend: snpu
     device_type: snpu                 # name in test ids (renamed PrivateUse1); or device:
-    dtypes: {native: [float16, bfloat16, float32], indexing_only: [int64, bool, ...],
-             refused: [float64, complex64, ...]}      # or a plain list of supported dtypes
+    dtypes: {native_float: [float16, bfloat16, float32], integer_and_bool: [int64, bool, ...],
+             refused: [float64, complex64, ...]}      # groups; or a plain list of supported dtypes
     aten_ops: {elementwise: [aten::add.Tensor, ...], ...}   # or a plain list
     opinfo: {covered: [add, softmax, ...],             # or a plain list of OpInfo names
              by_dtype: {float32: {pass: [...], fail: {op: error}}, ...}}
@@ -127,10 +127,18 @@ def parse_capabilities(text: str, where: str) -> Capabilities:
     dtypes_raw = pick("dtypes", "supported_dtypes")
     indexing: set[str] = set()
     refused: set[str] = set()
-    if isinstance(dtypes_raw, dict) and ("native" in dtypes_raw or "refused" in dtypes_raw):
-        indexing = _as_set(dtypes_raw.get("indexing_only"), "dtypes.indexing_only", where)
-        refused = _as_set(dtypes_raw.get("refused"), "dtypes.refused", where)
-        dtypes = _as_set(dtypes_raw.get("native"), "dtypes.native", where)
+    if isinstance(dtypes_raw, dict) and all(isinstance(v, list) for v in dtypes_raw.values()):
+        # grouped, e.g. {native_float: [...], integer_and_bool: [...], refused: [...]}: every group
+        # but the refused/unsupported one is held by the device
+        dtypes, indexing, refused = set(), set(), set()
+        for group, names in dtypes_raw.items():
+            found = _as_set(names, f"dtypes.{group}", where)
+            if "refus" in group or "unsupported" in group:
+                refused |= found
+            else:
+                dtypes |= found
+                if "index" in group or "int" in group or "bool" in group:
+                    indexing |= found
     else:
         dtypes = _as_set(dtypes_raw, "dtypes", where)
     aten_raw = pick("aten_ops", "aten", "operators")

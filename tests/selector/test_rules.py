@@ -80,3 +80,14 @@ def test_generated_capability_shape_drives_the_rules(inventory):
     int_add = decide("test_compare_cpu_add_snpu_int64")
     assert (int_add.mode, int_add.rule) == ("run", "op-supported")  # held natively; the op decides
     assert "does not support dtype float64" in decide("test_compare_cpu_add_snpu_float64").reason
+
+
+def test_committed_snpu_capability_file_refuses_float64_and_complex():
+    from pathlib import Path
+
+    from selector.capabilities import load_capabilities
+
+    caps = load_capabilities(Path(__file__).resolve().parents[2] / "configs" / "backends" / "snpu.yaml")
+    assert {"float32", "float16", "bfloat16", "int64", "bool"} <= caps.dtypes
+    assert {"float64", "complex64", "complex128"} <= caps.refused_dtypes and not caps.refused_dtypes & caps.dtypes
+    assert caps.device == "snpu" and caps.has_opinfo and caps.supports_op("add", "float32")
