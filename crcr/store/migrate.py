@@ -12,6 +12,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData
 from sqlalchemy.engine import Engine
 
@@ -41,11 +42,19 @@ def alembic_config(engine: Engine) -> Config:
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring the database to ``revision``; storage failures become an ``ExternalError``."""
     load_all_models()
+    cfg = alembic_config(engine)
     try:
-        command.upgrade(alembic_config(engine), revision)
+        command.upgrade(cfg, revision)
     except Exception as exc:
         if isinstance(exc, ExternalError):
             raise
+        # several processes starting at once (replicas of `crcr worker`) race to migrate;
+        # the loser finds the schema already at head, which is what it wanted
+        try:
+            if revision == "head" and current_revision(engine) == ScriptDirectory.from_config(cfg).get_current_head():
+                return
+        except Exception:  # noqa: S110 - the original error below says more
+            pass
         raise ExternalError(
             f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {exc}",
             hint="check CRCR_DATABASE_URL and that the database is reachable",

@@ -73,3 +73,31 @@ def test_json_logs_carry_delivery_repo_pr_and_no_secrets(tmp_path, fake_github):
         assert secret not in logs
     for rec in fake_github.calls():
         assert rec.headers.get("authorization", "").split(" ")[-1] not in logs
+
+
+def test_processes_starting_together_all_see_a_migrated_schema(database_url):
+    """Replicas of `crcr worker` migrate on start at the same moment: none of them fails."""
+    import threading
+
+    errors: list[Exception] = []
+
+    def start() -> None:
+        engine = make_engine(database_url)
+        try:
+            upgrade(engine)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            engine.dispose()
+
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    engine = make_engine(database_url)
+    try:
+        assert current_revision(engine) is not None
+    finally:
+        engine.dispose()
