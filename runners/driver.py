@@ -226,6 +226,7 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
         command=shlex.join(["crcr", "run", *sys.argv[2:]]) if sys.argv[1:2] == ["run"] else None,
         crcr_version=_crcr_version(),
         restarts=outcome.restarts,
+        pick_missing=outcome.pick_missing,
     )
     results = RunResults(run=meta, tests=tests)
     if opts.results is not None:

@@ -55,6 +55,7 @@ class Outcome:
     torch_git: str | None = None
     restarts: int = 0
     exitstatus: int | None = None
+    pick_missing: int = 0
 
 
 def _signal_name(returncode: int) -> str:
@@ -169,6 +170,7 @@ class Supervisor:
             self.outcome.collected_total = int(event.get("total", 0))
             self.outcome.torch_version = event.get("torch_version")
             self.outcome.torch_git = event.get("torch_git")
+            self.outcome.pick_missing = int(event.get("pick_missing_count", 0))
         elif kind == "start":
             started[event["id"]] = time.monotonic()
         elif kind == "result":

@@ -104,6 +104,8 @@ class CrcrPlugin:
             "collected",
             ids=[item.nodeid for item in items],
             total=total,
+            pick_missing=self.cfg.pick_missing[:50],
+            pick_missing_count=len(self.cfg.pick_missing),
             torch_version=torch.__version__,
             torch_git=getattr(torch.version, "git_version", None),
         )

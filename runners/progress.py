@@ -56,10 +56,16 @@ class Progress:
             self._print(f"pytest restarted with the {len(event.get('ids', []))} tests left")
         elif kind == "collected":
             self.total = len(event.get("ids", []))
+            if event.get("pick_missing_count"):
+                shown = ", ".join(event.get("pick_missing", [])[:3])
+                self._print(f"warning: {event['pick_missing_count']} picked tests were not collected here "
+                            f"(e.g. {shown}); the pick may be for another torch version or checkout")
             if self._bar is not None:
                 self._bar.update(self._task, total=self.total, description="")
             else:
                 self._print(f"collected {self.total} tests")
+        elif kind == "result" and not self.total and event.get("error_class") == "CollectionError":
+            self._print(f"collection error: {event['id']} (recorded as error)")
         elif kind == "result":
             self.done += 1
             self.counts[event.get("outcome", "?")] += 1

@@ -24,3 +24,4 @@ class RunConfig(BaseModel):
     rerun_failures: bool = True
     inventory_path: str | None = None
     repro_prefix: str = "crcr run"
+    pick_missing: list[str] = []  # filled in the child: picked ids that were not collected

@@ -34,6 +34,10 @@ def narrow(items: list[Any], cfg: RunConfig, plan: Plan | None = None) -> tuple[
         pick = load_pick(cfg.pick_path)
         order = {t.id: n for n, t in enumerate(pick.tests)}
         keep = sorted((i for i in keep if i.nodeid in order), key=lambda i: order[i.nodeid])
+        missing = set(order) - set(by_id)
+        if missing:
+            # a pick made for another torch or checkout names tests that do not exist here
+            cfg.pick_missing = sorted(missing)
     if cfg.shard:
         index, count = cfg.shard
         ids = [i.nodeid for i in keep]

@@ -69,3 +69,23 @@ def test_checkout_collect_only_writes_an_inventory_and_shards_partition_it(tmp_p
     assert crcr(*base, "--inventory", str(tmp_path / "again.json")) == 0
     again = load_inventory(tmp_path / "again.json").by_id()
     assert {i: t.fingerprint for i, t in again.items()} == {i: t.fingerprint for i, t in by_id.items()}
+
+
+@pytest.mark.slow
+def test_pick_runs_only_the_picked_tests_in_pick_order(tmp_path, monkeypatch, capsys):
+    import json
+
+    monkeypatch.delenv("CI", raising=False)
+    tdt = "test/test_torch.py::TestTorchDeviceTypeCPU::"
+    picked = [tdt + "test_zeros_sum_cpu_float64", "test/test_torch.py::TestTorch::test_numel_n_1",
+              tdt + "test_no_such_test_cpu"]
+    pick = tmp_path / "pick.json"
+    pick.write_text(json.dumps({"schema_version": 1, "backend": "cpu", "tests": [
+        {"id": test_id, "reason": "touched by the diff"} for test_id in picked]}))
+    status = crcr("run", "--device", "cpu", "--pytorch-src", str(FIXTURE_TREE), "--file", "test/test_torch.py",
+                  "--pick", str(pick), "--results", str(tmp_path / "r.json"))
+    assert status == 0
+    results = load_results(tmp_path / "r.json")
+    assert [t.id for t in results.tests] == picked[:2]
+    assert results.run.pick_digest and results.run.model_extra["pick_missing"] == 1
+    assert "1 picked tests were not collected here" in capsys.readouterr().err
