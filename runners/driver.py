@@ -200,6 +200,11 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
             atomic_write_bytes(opts.inventory, inventory_tmp.read_bytes())
             return None
         _check_collected(prepared, outcome.collected_total, log)
+    if opts.ids and not outcome.collected:
+        raise CollectionError(
+            f"none of the {len(opts.ids)} --id tests was collected from {prepared.root}",
+            hint="ids are as pytest collects them, relative to the source root: test/test_x.py::Class::test_name",
+        )
     tests = []
     for test_id in outcome.collected or []:
         event = outcome.results.get(test_id)

@@ -89,3 +89,13 @@ def test_pick_runs_only_the_picked_tests_in_pick_order(tmp_path, monkeypatch, ca
     assert [t.id for t in results.tests] == picked[:2]
     assert results.run.pick_digest and results.run.model_extra["pick_missing"] == 1
     assert "1 picked tests were not collected here" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_an_id_that_does_not_exist_is_an_error_not_an_empty_green_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("CI", raising=False)
+    status = crcr("run", "--device", "cpu", "--pytorch-src", str(FIXTURE_TREE), "--file", "test/nn",
+                  "--id", "test/nn/test_linear.py::TestLinearCPU::test_gone_cpu", "--results", str(tmp_path / "r.json"))
+    assert status == 1
+    assert "none of the 1 --id tests was collected" in capsys.readouterr().err
+    assert not (tmp_path / "r.json").exists()
