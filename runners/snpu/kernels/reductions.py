@@ -195,7 +195,9 @@ def row_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
         tile_kw["keepdim"] = False
     outs: list[Any] = []
     # reductions that accumulate work in fp32 on half inputs and round once at the end
-    widen = x.dtype in (torch.float16, torch.bfloat16) and func._schema.name in _WIDEN
+    widen = (
+        x.dtype in (torch.float16, torch.bfloat16) and func._schema.name in _WIDEN and kw.get("dtype") is None
+    )
     for tile in plan.tiles:
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x2, (slice(r0, r1), slice(c0, c1)))

@@ -38,7 +38,7 @@ def _check_splits(plan, machine) -> None:
     assert len({t.core for t in plan.tiles}) <= machine.cores
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(numel=st.integers(1, 300_000), dtype=DTYPES, machine=MACHINES, binary=st.booleans())
 def test_elementwise_tiles_cover_each_element_once(numel, dtype, machine, binary) -> None:
     ins = (dtype, dtype) if binary else (dtype,)
@@ -50,7 +50,7 @@ def test_elementwise_tiles_cover_each_element_once(numel, dtype, machine, binary
         assert end == start  # contiguous and disjoint: each element exactly once
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, database=None)
 @given(
     rows=st.integers(1, 2000),
     length=st.integers(1, 5000),
@@ -77,7 +77,7 @@ def test_row_plans_never_split_a_row_across_cores(rows, length, dtype, machine, 
             assert owner.setdefault(r, t.core) == t.core  # a row's chunks run on one core
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, database=None)
 @given(
     batch=st.integers(1, 3),
     m=st.integers(1, 120),
@@ -103,7 +103,7 @@ def test_matmul_plans_cover_the_product_once_and_split_k_last(batch, m, n, k, dt
     assert plan.record("mm").macs == batch * m * n * k
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, database=None)
 @given(n=st.integers(1, 8), lq=st.integers(1, 600), s=st.integers(1, 3000), e=st.sampled_from([8, 64, 128]))
 def test_attention_plans_fit_and_keep_keys_on_one_core(n, lq, s, e) -> None:
     plan = plan_attention(n, lq, s, e, e, torch.float16, M)
