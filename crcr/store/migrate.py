@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import time
 from pathlib import Path
 
 from alembic import command
@@ -49,17 +50,28 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         if isinstance(exc, ExternalError):
             raise
         # several processes starting at once (replicas of `crcr worker`) race to migrate;
-        # the loser finds the schema already at head, which is what it wanted
-        try:
-            if revision == "head" and current_revision(engine) == ScriptDirectory.from_config(cfg).get_current_head():
-                return
-        except Exception:  # noqa: S110 - the original error below says more
-            pass
+        # the loser waits for the winner to reach head (SQLite DDL is not transactional,
+        # so the winner may still be creating tables), which is what it wanted anyway
+        if revision == "head" and _wait_for_head(engine, cfg):
+            return
         raise ExternalError(
             f"database migration failed on {engine.url.render_as_string(hide_password=True)}: {exc}",
             hint="check CRCR_DATABASE_URL and that the database is reachable",
             reference="db-migration-failed",
         ) from exc
+
+
+def _wait_for_head(engine: Engine, cfg: Config, timeout_s: float = 30.0) -> bool:
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if current_revision(engine) == head:
+                return True
+        except Exception:  # noqa: S110 - the table may not exist yet; keep waiting
+            pass
+        time.sleep(0.2)
+    return False
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -75,27 +75,20 @@ def test_json_logs_carry_delivery_repo_pr_and_no_secrets(tmp_path, fake_github):
         assert rec.headers.get("authorization", "").split(" ")[-1] not in logs
 
 
-def test_processes_starting_together_all_see_a_migrated_schema(database_url):
+def test_processes_starting_together_all_see_a_migrated_schema(database_url, tmp_path):
     """Replicas of `crcr worker` migrate on start at the same moment: none of them fails."""
-    import threading
+    import os
+    import subprocess
+    import sys
 
-    errors: list[Exception] = []
+    from tests.conftest import ROOT
 
-    def start() -> None:
-        engine = make_engine(database_url)
-        try:
-            upgrade(engine)
-        except Exception as exc:
-            errors.append(exc)
-        finally:
-            engine.dispose()
-
-    threads = [threading.Thread(target=start) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRCR_")}
+    env.update(CRCR_DATABASE_URL=database_url, CRCR_DATA_DIR=str(tmp_path / "data"))
+    procs = [subprocess.Popen([sys.executable, "-m", "crcr.cli.main", "db", "upgrade"], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(3)]
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], outputs
     engine = make_engine(database_url)
     try:
         assert current_revision(engine) is not None
