@@ -6,6 +6,7 @@ import io
 import json
 import logging
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from fastapi.testclient import TestClient
@@ -75,6 +76,7 @@ def test_json_logs_carry_delivery_repo_pr_and_no_secrets(tmp_path, fake_github):
         assert rec.headers.get("authorization", "").split(" ")[-1] not in logs
 
 
+@pytest.mark.slow
 def test_processes_starting_together_all_see_a_migrated_schema(database_url, tmp_path):
     """Replicas of `crcr worker` migrate on start at the same moment: none of them fails."""
     import os
