@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable
 
 from crcr.queue import enqueue_many, queue_depth
-from relay import dispatch
+from relay import checks, dispatch
 from relay.runtime import Runtime
 
 log = logging.getLogger("crcr.relay.worker")
@@ -99,6 +99,8 @@ class Sweeper:
                 sweep_once(self.runtime)
             except Exception:  # storage down: try again next period
                 log.warning("sweep failed", exc_info=True)
+            # check runs whose push to GitHub was lost (process died, GitHub refused)
+            checks.sweep(self.runtime)
 
     def start(self) -> None:
         self.thread.start()
