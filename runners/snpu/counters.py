@@ -116,6 +116,11 @@ def _stack() -> list[Profile]:
     return stack
 
 
+def active() -> bool:
+    """Whether a ``profile()`` is open on this thread (else per-op records are not built)."""
+    return bool(getattr(_local, "stack", None))
+
+
 def record(rec: OpRecord) -> None:
     """Hand a finished op's counters to every open ``profile()`` on this thread."""
     if rec.fallback:

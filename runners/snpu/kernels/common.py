@@ -55,12 +55,15 @@ def load(src: torch.Tensor, region: tuple[slice, ...]) -> torch.Tensor:
 
 
 def run(plan: Plan, op: str) -> None:
-    """Record an executed plan's counters."""
-    counters.record(plan.record(op))
+    """Record an executed plan's counters (for the open ``profile()`` blocks, if any)."""
+    if counters.active():
+        counters.record(plan.record(op))
 
 
 def record_simple(op: str, nbytes: int, sticks: int = 0, cycles: int | None = None) -> None:
     """Counters of a data-movement op that runs as one DMA (views move nothing)."""
+    if not counters.active():
+        return
     m = machine.current()
     if cycles is None:
         cycles = int(nbytes / m.memory_bytes_per_cycle) + (m.tile_overhead_cycles if nbytes else 0)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from runners.snpu import machine
-from runners.snpu.counters import OpRecord, record
+from runners.snpu.counters import OpRecord, active, record
 from runners.snpu.dispatch import register
 from runners.snpu.kernels.common import load
 from runners.snpu.planner import plan_rows
@@ -32,7 +32,8 @@ def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
     extra = 0
     if ring_bytes and plan.cores_used > 1:
         extra = (plan.cores_used - 1) * ring_bytes // m.ring_bytes_per_cycle
-    record(OpRecord.from_tiles(op, (t.cost for t in plan.tiles), extra_cycles=extra))
+    if active():
+        record(OpRecord.from_tiles(op, (t.cost for t in plan.tiles), extra_cycles=extra))
 
 
 @register("native_layer_norm", category="norm")

@@ -124,3 +124,25 @@ def test_synchronize_contract() -> None:
     torch.snpu.synchronize()
     with pytest.raises(RuntimeError, match="synchroniz"):
         torch.accelerator.synchronize()
+
+
+def test_importing_the_package_has_no_side_effects() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, runners.snpu; "
+        "print('torch' in sys.modules, runners.snpu.is_installed.__module__ == 'runners.snpu')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["False", "True"]
+
+
+def test_memory_stats_count_allocations() -> None:
+    before = torch.snpu.memory_stats()
+    torch.empty(1000, device="snpu")
+    after = torch.snpu.memory_stats()
+    assert after["allocations"] == before["allocations"] + 1
+    assert after["allocated_bytes"] - before["allocated_bytes"] == 4000
