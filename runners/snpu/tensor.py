@@ -47,6 +47,10 @@ class SnpuTensor(torch.Tensor):
     # torch functions run as usual and reach us as aten ops in __torch_dispatch__
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    def tolist(self):  # type: ignore[override]
+        """Copy to the host first, as a real device does (torch refuses tolist on subclasses)."""
+        return self.cpu().tolist()
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
         from runners.snpu.dispatch import call

@@ -29,6 +29,13 @@ def test_round_trip_to_and_from_cpu_keeps_values() -> None:
     assert torch.equal(back, cpu)
 
 
+def test_tolist_and_item_copy_to_the_host_like_a_real_device() -> None:
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3).to("snpu")
+    assert t.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert (t * 2)[1].tolist() == [6.0, 8.0, 10.0]
+    assert t.sum().item() == 15.0
+
+
 def test_factories_make_the_requested_shapes() -> None:
     assert torch.arange(6, device="snpu").cpu().tolist() == list(range(6))
     assert torch.zeros(2, 3, device="snpu").shape == (2, 3)
