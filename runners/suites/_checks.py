@@ -100,3 +100,17 @@ def to_device_value(value: Any, device: str) -> Any:
     if isinstance(value, dict):
         return {k: to_device_value(v, device) for k, v in value.items()}
     return value
+
+
+# dtypes the NumPy-reference templates are instantiated for (upstream's choice for these checks)
+REFERENCE_DTYPES = (torch.float32, torch.float64, torch.int64, torch.complex64)
+
+
+def check_reference_numerics(test: Any, op: Any, device: str, dtype: torch.dtype) -> None:
+    """The op on ``device`` equals its NumPy reference on the OpInfo's reference inputs."""
+    checked = 0
+    for sample in bounded(op.reference_inputs(device, dtype)):
+        test.compare_with_reference(op, op.ref, sample, exact_dtype=False)
+        checked += 1
+    if not checked:
+        test.skipTest(f"{op.name} generates no reference inputs for {dtype}")

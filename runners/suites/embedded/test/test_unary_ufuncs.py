@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import torch
 from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
 from torch.testing._internal.common_methods_invocations import unary_ufuncs
 from torch.testing._internal.common_utils import TestCase, run_tests
@@ -21,14 +20,9 @@ class TestUnaryUfuncs(TestCase):
     exact_dtype = False
 
     if _WITH_REF:  # empty when CRCR_SUITE_OPS leaves no op for this template
-        @ops(_WITH_REF, allowed_dtypes=(torch.float32, torch.float64, torch.int64, torch.complex64))
+        @ops(_WITH_REF, allowed_dtypes=_checks.REFERENCE_DTYPES)
         def test_reference_numerics_normal(self, device, dtype, op):
-            checked = 0
-            for sample in _checks.bounded(op.reference_inputs(device, dtype)):
-                self.compare_with_reference(op, op.ref, sample, exact_dtype=False)
-                checked += 1
-            if not checked:
-                self.skipTest(f"{op.name} generates no reference inputs for {dtype}")
+            _checks.check_reference_numerics(self, op, device, dtype)
 
 
 instantiate_device_type_tests(TestUnaryUfuncs, globals())
