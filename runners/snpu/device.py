@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from runners.snpu import dispatch, machine, tensor
+from runners.snpu import dispatch, machine, memory, tensor
 from runners.snpu.errors import SnpuDtypeError, SnpuInstallError
 
 NAME = "snpu"
@@ -25,8 +25,6 @@ _library: torch.library.Library | None = None
 
 class SnpuModule:
     """``torch.snpu``: what PyTorch and tests ask of a device module."""
-
-    _stats = {"allocations": 0, "allocated_bytes": 0}
 
     @staticmethod
     def is_initialized() -> bool:
@@ -105,14 +103,23 @@ class SnpuModule:
     def get_device_name(device: Any = None) -> str:
         return "snpu (simulated NPU, 32 cores)"
 
-    @classmethod
-    def memory_stats(cls, device: Any = None) -> dict[str, int]:
-        """Cumulative allocations made through snpu factories."""
-        return dict(cls._stats)
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        """Live device memory (active_bytes, its peak) and cumulative factory allocations."""
+        return memory.stats()
 
-    @classmethod
-    def memory_allocated(cls, device: Any = None) -> int:
-        return cls._stats["allocated_bytes"]
+    @staticmethod
+    def memory_allocated(device: Any = None) -> int:
+        """Bytes held by the storages of live snpu tensors (as torch.cuda.memory_allocated)."""
+        return memory.stats()["active_bytes"]
+
+    @staticmethod
+    def max_memory_allocated(device: Any = None) -> int:
+        return memory.stats()["peak_active_bytes"]
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        memory.reset_peak()
 
     @staticmethod
     def machine() -> machine.Machine:
@@ -145,8 +152,7 @@ def _check_dtype(dtype: torch.dtype | None, op: str) -> torch.dtype:
 
 
 def _count_alloc(t: torch.Tensor) -> None:
-    SnpuModule._stats["allocations"] += 1
-    SnpuModule._stats["allocated_bytes"] += t.numel() * t.element_size()
+    memory.count_allocation(t.numel() * t.element_size())
 
 
 def _empty_memory_format(size, *, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

@@ -13,6 +13,8 @@ import threading
 
 import torch
 
+from runners.snpu import memory
+
 DEVICE = torch.device("privateuseone", 0)
 WRAPPER_STORAGE_BYTES = 1 << 48
 
@@ -42,6 +44,7 @@ class SnpuTensor(torch.Tensor):
             storage_size=WRAPPER_STORAGE_BYTES,
         )
         r._data = data
+        memory.track(r, data)
         return r
 
     # torch functions run as usual and reach us as aten ops in __torch_dispatch__

@@ -153,3 +153,20 @@ def test_memory_stats_count_allocations() -> None:
     after = torch.snpu.memory_stats()
     assert after["allocations"] == before["allocations"] + 1
     assert after["allocated_bytes"] - before["allocated_bytes"] == 4000
+
+
+def test_memory_allocated_counts_live_tensors_once_per_storage() -> None:
+    import gc
+
+    gc.collect()
+    base = torch.snpu.memory_allocated()
+    torch.snpu.reset_peak_memory_stats()
+    t = torch.zeros(1024, 256, device="snpu")  # 1 MiB of float32
+    view = t[10:20]  # a view shares the storage: no new memory
+    assert torch.snpu.memory_allocated() - base == 1024 * 256 * 4
+    del t
+    assert torch.snpu.memory_allocated() - base == 1024 * 256 * 4  # the view keeps it alive
+    del view
+    gc.collect()
+    assert torch.snpu.memory_allocated() == base
+    assert torch.snpu.max_memory_allocated() - base >= 1024 * 256 * 4
