@@ -5,7 +5,8 @@ claimed by a live worker) so two tasks for the same row never both send. The
 outcome moves the row: ``sent``; ``retrying`` with exponential backoff and jitter
 (never sooner than ``Retry-After``); or ``dead`` after the last attempt or a
 permanent refusal. The claim expires after a lease, so a SIGKILLed worker's row
-goes back to the sweeper.
+goes back to the sweeper. ``attempt_many`` does the same for several rows at once
+(a delivery's fan-out): one claim transaction, concurrent sends, batched outcome writes.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ import datetime as dt
 import json
 import logging
 import random
+from concurrent.futures import FIRST_COMPLETED, Executor, wait
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Update, and_, or_, select, update
+from sqlalchemy import Update, and_, bindparam, or_, select, update
 
 from crcr.contracts.dispatch import MAX_CLIENT_PAYLOAD_BYTES
 from crcr.github.dispatch import DispatchFailure, send_repository_dispatch
@@ -111,10 +113,129 @@ def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
     attempts = row.attempts + 1
     with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
                      dispatch_id=dispatch_id):
-        return _attempt(runtime, row, delivery, target, attempts)
+        outcome, values = _attempt(runtime, row, delivery, target, attempts)
+    _finish(runtime, dispatch_id, values)
+    return outcome
 
 
-def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, attempts: int) -> Outcome:
+def claim_many(runtime: Runtime, dispatch_ids: list[int], lease: dt.timedelta) -> tuple[list[int], dt.datetime]:
+    """Claim every due, unheld row of ``dispatch_ids`` in ONE write transaction.
+
+    Returns the ids claimed and the ``claimed_until`` they now carry (rows already
+    sent, not due, or held by a live worker are left alone, as ``claim`` does).
+    """
+    if not dispatch_ids:
+        return [], runtime.clock()
+    now = runtime.clock()
+    until = now + lease
+    stmt = (
+        update(_TABLE)
+        .where(
+            _TABLE.c.id.in_(dispatch_ids),
+            _TABLE.c.state.in_(OPEN_STATES),
+            _TABLE.c.next_attempt_at <= now + CLAIM_SLACK,
+            or_(_TABLE.c.claimed_until.is_(None), _TABLE.c.claimed_until < now),
+        )
+        .values(claimed_until=until, updated_at=now)
+        .returning(_TABLE.c.id)
+    )
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        claimed = sorted(conn.execute(stmt).scalars())
+    return claimed, until
+
+
+def _extend_claim(runtime: Runtime, dispatch_id: int, held_until: dt.datetime, lease: dt.timedelta) -> bool:
+    """Renew our own claim (still ``held_until``, still open); False when it lapsed and another took it."""
+    now = runtime.clock()
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        return conn.execute(
+            update(_TABLE)
+            .where(_TABLE.c.id == dispatch_id, _TABLE.c.state.in_(OPEN_STATES),
+                   _TABLE.c.claimed_until == held_until)
+            .values(claimed_until=now + lease, updated_at=now)
+        ).rowcount == 1
+
+
+def _finish_many(runtime: Runtime, updates: list[tuple[int, dict[str, Any]]]) -> None:
+    """Record several outcomes in one write transaction."""
+    if not updates:
+        return
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row_id, values in updates:  # one executemany per shape (sent, retrying, dead)
+        groups.setdefault(tuple(sorted(values)), []).append({"b_id": row_id, **{f"b_{k}": v for k, v in values.items()}})
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        for keys, params in groups.items():
+            stmt = update(_TABLE).where(_TABLE.c.id == bindparam("b_id")).values({k: bindparam(f"b_{k}") for k in keys})
+            conn.execute(stmt, params)
+
+
+FINISH_COALESCE_S = 0.02  # how long a finished send waits for others before its outcome is written
+# a claimed row whose send starts this late (the pool was busy) renews its claim first
+LATE_START = dt.timedelta(seconds=1)
+
+
+def attempt_many(runtime: Runtime, dispatch_ids: list[int], pool: Executor) -> dict[int, Outcome]:
+    """One attempt at each of ``dispatch_ids``, sent concurrently on ``pool``.
+
+    The rows are claimed together in one transaction (the lease starts at the claim),
+    read together, the delivery's payload is parsed once per delivery, and the outcomes
+    are recorded in one transaction per group of sends that finish together. Rows not
+    ours to send (done, not due, held) are left out of the result. A row whose turn on
+    a busy pool comes late renews its claim first and is skipped if that claim lapsed.
+    """
+    allow = runtime.allowlist.get()
+    claimed, held_until = claim_many(runtime, list(dict.fromkeys(dispatch_ids)), _lease(runtime, "github", 0))
+    if not claimed:
+        return {}
+    claimed_at = runtime.clock()
+    with runtime.sessions() as s:
+        pairs = s.execute(
+            select(Dispatch, Delivery).join(Delivery, Dispatch.delivery_id == Delivery.id)
+            .where(Dispatch.id.in_(claimed)).order_by(Dispatch.id)).all()
+    payloads: dict[str, dict[str, Any]] = {}
+
+    def one(row: Dispatch, delivery: Delivery) -> tuple[Outcome, dict[str, Any]] | None:
+        target = allow.targets.get(row.target)
+        now = runtime.clock()
+        if row.kind == "local" and target is not None:  # a local command may run much longer
+            if not _extend_claim(runtime, row.id, held_until, _lease(runtime, "local", target.timeout_s)):
+                return None
+        elif now - claimed_at > LATE_START and not _extend_claim(runtime, row.id, held_until,
+                                                                   _lease(runtime, "github", 0)):
+            return None
+        with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
+                         dispatch_id=row.id):
+            return _attempt(runtime, row, delivery, target, row.attempts + 1, payloads.get(delivery.id))
+
+    for _row, delivery in pairs:  # parsed once here, shared read-only by the sends of small payloads
+        if (delivery.id not in payloads and delivery.payload is not None
+                and delivery.payload_bytes * 3 + 1024 < MAX_CLIENT_PAYLOAD_BYTES):
+            payloads[delivery.id] = build_client_payload(delivery)
+    futures = {pool.submit(one, row, delivery): row.id for row, delivery in pairs}
+    outcomes: dict[int, Outcome] = {}
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        if pending:  # sends of one fan-out finish together: record them in one write, not one each
+            more, pending = wait(pending, timeout=FINISH_COALESCE_S)
+            done |= more
+        batch = []
+        for fut in done:
+            try:
+                result = fut.result()  # _attempt records every send failure itself
+            except Exception:  # storage failed around the send: the claim lapses, the sweeper retries
+                log.exception("dispatch %s: attempt failed outside the send", futures[fut])
+                continue
+            if result is not None:
+                outcomes[futures[fut]] = result[0]
+                batch.append((futures[fut], result[1]))
+        _finish_many(runtime, batch)
+    return outcomes
+
+
+def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, attempts: int,
+             shared_payload: dict[str, Any] | None = None) -> tuple[Outcome, dict[str, Any]]:
+    """Send once; returns the outcome and the row values that record it (the caller writes them)."""
     settings = runtime.settings
     trimmed: list[str] | None = row.trimmed
     status: int | None = None
@@ -123,12 +244,13 @@ def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, a
             raise DispatchFailure("the delivery's payload was pruned by retention; it cannot be sent again", False)
         if target is None:
             raise DispatchFailure(f"{row.target} is no longer in the allowlist", False)
-        client_payload = build_client_payload(delivery)
         removed: list[str] = []
         # re-encoding can grow the body up to 3x (", " separators, \uXXXX escapes of UTF-8
         # text): only a payload far below the limit skips measuring
         if delivery.payload_bytes * 3 + 1024 >= MAX_CLIENT_PAYLOAD_BYTES:
-            client_payload, removed = trim_client_payload(client_payload)
+            client_payload, removed = trim_client_payload(build_client_payload(delivery))
+        else:
+            client_payload = shared_payload if shared_payload is not None else build_client_payload(delivery)
         trimmed = removed or None
         if removed:
             log.info("payload trimmed to %d bytes: removed %s", encoded_size(client_payload), ", ".join(removed))
@@ -150,18 +272,17 @@ def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, a
         failure = DispatchFailure(f"internal error: {type(exc).__name__}: {str(exc)[:200]}", True)
         return _failed(runtime, row, delivery, attempts, failure, trimmed)
     now = runtime.clock()
-    _finish(runtime, row.id, {"state": SENT, "attempts": attempts, "sent_at": now, "updated_at": now,
-                              "claimed_until": None, "last_error": None, "last_status": status,
-                              "trimmed": trimmed})
+    values = {"state": SENT, "attempts": attempts, "sent_at": now, "updated_at": now, "claimed_until": None,
+              "last_error": None, "last_status": status, "trimmed": trimmed}
     received = delivery.received_at if delivery.received_at.tzinfo else delivery.received_at.replace(tzinfo=dt.UTC)
     runtime.metrics.dispatches.labels(row.kind, "sent").inc()
     runtime.metrics.dispatch_latency.observe(max(0.0, (now - received).total_seconds()))
     log.info("dispatched (attempt %d)", attempts)
-    return Outcome(SENT, attempts)
+    return Outcome(SENT, attempts), values
 
 
 def _failed(runtime: Runtime, row: Dispatch, delivery: Delivery, attempts: int, failure: DispatchFailure,
-            trimmed: list[str] | None) -> Outcome:
+            trimmed: list[str] | None) -> tuple[Outcome, dict[str, Any]]:
     settings = runtime.settings
     now = runtime.clock()
     reason = "permanent" if not failure.retriable else ("rate_limited" if failure.status in (403, 429) else "retriable")
@@ -169,16 +290,15 @@ def _failed(runtime: Runtime, row: Dispatch, delivery: Delivery, attempts: int, 
     base = {"attempts": attempts, "updated_at": now, "claimed_until": None, "last_error": failure.message[:2000],
             "last_status": failure.status, "trimmed": trimmed}
     if not failure.retriable or attempts >= settings.dispatch_max_attempts:
-        _finish(runtime, row.id, {**base, "state": DEAD})
         runtime.metrics.dispatches.labels(row.kind, "dead").inc()
         log.warning("dispatch is dead after %d attempt(s): %s", attempts, failure.message)
-        return Outcome(DEAD, attempts, error=failure.message)
+        return Outcome(DEAD, attempts, error=failure.message), {**base, "state": DEAD}
     delay = backoff_delay(attempts, base_s=settings.dispatch_backoff_base_s, max_s=settings.dispatch_backoff_max_s,
                           retry_after_s=failure.retry_after_s)
-    _finish(runtime, row.id, {**base, "state": RETRYING, "next_attempt_at": now + dt.timedelta(seconds=delay)})
     runtime.metrics.dispatches.labels(row.kind, "retrying").inc()
     log.info("attempt %d failed, retrying in %.1fs: %s", attempts, delay, failure.message)
-    return Outcome(RETRYING, attempts, delay_s=delay, error=failure.message)
+    return (Outcome(RETRYING, attempts, delay_s=delay, error=failure.message),
+            {**base, "state": RETRYING, "next_attempt_at": now + dt.timedelta(seconds=delay)})
 
 
 def due_for_sweep(runtime: Runtime, *, stale_after: dt.timedelta, limit: int = 1000,
@@ -225,5 +345,5 @@ def redeliver(runtime: Runtime, ids: list[int]) -> list[int]:
     return found
 
 
-__all__ = ["DEAD", "PENDING", "RETRYING", "SENT", "Outcome", "attempt", "backoff_delay", "build_client_payload",
-           "claim", "due_for_sweep", "redeliver", "touch_for_requeue"]
+__all__ = ["DEAD", "PENDING", "RETRYING", "SENT", "Outcome", "attempt", "attempt_many", "backoff_delay",
+           "build_client_payload", "claim", "claim_many", "due_for_sweep", "redeliver", "touch_for_requeue"]

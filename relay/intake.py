@@ -114,7 +114,7 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
         # stored: from here on nothing may turn the answer into an error
         try:
             if ids and runtime.tasks is not None:
-                runtime.tasks.enqueue(ids)
+                runtime.tasks.enqueue_batch(ids)  # one task claims and sends them concurrently
             _after_store_hooks(runtime, delivery_id, event, info)
         except Exception:
             log.exception("post-store step failed; the sweeper will send the dispatches")

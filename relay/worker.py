@@ -1,6 +1,8 @@
 """Worker tasks (registered by name on any Huey) and the sweeper.
 
-``register_tasks(runtime)`` puts ``crcr.dispatch.send`` on ``runtime.huey``; the API
+``register_tasks(runtime)`` puts ``crcr.dispatch.send`` (one row) and
+``crcr.dispatch.send_many`` (a delivery's rows, claimed together and sent
+concurrently) on ``runtime.huey``; the API
 process and ``crcr worker`` processes call it alike, so a task enqueued by one is run
 by any. ``Sweeper`` is a thread that re-enqueues rows whose task was lost (a worker
 SIGKILLed mid-attempt, a queue flushed, an enqueue that failed after commit).
@@ -12,6 +14,7 @@ import datetime as dt
 import logging
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from crcr.queue import enqueue_many, queue_depth
 from relay import checks, dispatch
@@ -20,6 +23,7 @@ from relay.runtime import Runtime
 log = logging.getLogger("crcr.relay.worker")
 
 SEND_TASK = "crcr.dispatch.send"
+SEND_MANY_TASK = "crcr.dispatch.send_many"  # several rows (a delivery's fan-out) in one task
 
 
 class Tasks:
@@ -36,6 +40,25 @@ class Tasks:
 
         self.send = runtime.huey.task(name=SEND_TASK)(send_dispatch)
 
+        def send_dispatches(dispatch_ids: list[int]) -> dict[int, str]:
+            outcomes = dispatch.attempt_many(runtime, dispatch_ids, self.pool())
+            for row_id, outcome in outcomes.items():  # failures retry row by row, as single tasks
+                if outcome.state == dispatch.RETRYING and outcome.delay_s is not None:
+                    self.schedule(row_id, outcome.delay_s)
+            return {row_id: outcome.state for row_id, outcome in outcomes.items()}
+
+        self.send_many = runtime.huey.task(name=SEND_MANY_TASK)(send_dispatches)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def pool(self) -> ThreadPoolExecutor:
+        """The threads that send a batch's rows concurrently (``CRCR_WORKERS`` of them, shared)."""
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.runtime.settings.workers,
+                                                thread_name_prefix="crcr-send")
+            return self._pool
+
     def enqueue(self, ids: Iterable[int]) -> int:
         ids = list(ids)
         if not ids:
@@ -46,6 +69,25 @@ class Tasks:
             log.warning("could not enqueue dispatches %s; the sweeper will pick them up", ids, exc_info=True)
             return 0
         self.runtime.wakeup.notify(len(ids))
+        return len(ids)
+
+    def enqueue_batch(self, ids: Iterable[int]) -> int:
+        """Enqueue rows (a delivery's fan-out) as batch tasks of up to ``CRCR_WORKERS`` rows each.
+
+        One task claims its rows in one transaction and sends them concurrently; a
+        single row goes as a plain per-row task. Never raises, like ``enqueue``.
+        """
+        ids = list(ids)
+        if len(ids) <= 1:
+            return self.enqueue(ids)
+        size = max(1, self.runtime.settings.workers)
+        chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+        try:
+            enqueue_many(self.runtime.huey, [self.send_many.s(chunk) for chunk in chunks])
+        except Exception:
+            log.warning("could not enqueue dispatches %s; the sweeper will pick them up", ids, exc_info=True)
+            return 0
+        self.runtime.wakeup.notify(len(chunks))
         return len(ids)
 
     def schedule(self, dispatch_id: int, delay_s: float) -> None:

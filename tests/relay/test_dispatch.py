@@ -234,3 +234,61 @@ def test_non_ascii_payload_is_measured_as_sent_not_as_received(setup):
     assert dispatch.attempt(runtime, _row(runtime, "utf8").id).state == "sent"
     (call,) = gh.dispatches()
     assert call.body["client_payload"]["crcr_trimmed"] == ["/payload/pull_request/body"]
+
+
+THREE_TARGETS = "L1:\n  - org/one\n  - org/two\n  - org/three\n"
+
+
+def test_a_deliverys_rows_are_claimed_and_sent_by_one_task_and_only_the_failed_row_retries(setup):
+    build, clock, gh = setup
+    client, runtime = build(THREE_TARGETS)
+    gh.add_fault("POST", r"^/repos/org/two/dispatches$", status=502, times=1)
+    post_webhook(client, "pull_request", pr_payload(), delivery="fan")
+    ids = sorted(r.id for r in rows(runtime, "fan"))
+    assert len(ids) == 3
+    # the intake enqueued ONE task carrying the delivery's three rows
+    (task,) = [runtime.huey.deserialize_task(d) for d in runtime.huey.storage.enqueued_items()]
+    assert task.name == "crcr.dispatch.send_many" and sorted(task.args[0]) == ids
+    result = runtime.huey.execute(runtime.huey.dequeue())
+    by_target = {r.target: r for r in rows(runtime, "fan")}
+    assert result == {r.id: r.state for r in by_target.values()}
+    assert {t: (r.state, r.attempts, r.last_status, r.claimed_until) for t, r in by_target.items()} == {
+        "org/one": ("sent", 1, 204, None), "org/three": ("sent", 1, 204, None),
+        "org/two": ("retrying", 1, 502, None)}
+    assert "502" in by_target["org/two"].last_error
+    assert sorted(c.path for c in gh.dispatches()) == [f"/repos/org/{t}/dispatches" for t in ("one", "three", "two")]
+    # the retry goes back through the per-row path: one scheduled per-row task, for the failed row only
+    (retry,) = runtime.huey.pending()
+    assert retry.name == "crcr.dispatch.send" and retry.args == (by_target["org/two"].id,) and retry.eta
+    # the same batch again sends nothing: two rows are done and one is not due yet
+    assert runtime.tasks.send_many.call_local(ids) == {}
+    clock.advance(6)
+    assert dispatch.attempt(runtime, by_target["org/two"].id).state == "sent"
+    assert len(gh.dispatches("org/two")) == 2 and len(gh.dispatches()) == 4
+
+
+def test_a_batch_skips_rows_held_by_a_live_worker_and_sends_the_rest(setup):
+    build, _, gh = setup
+    client, runtime = build(THREE_TARGETS)
+    post_webhook(client, "pull_request", pr_payload(), delivery="held")
+    ids = sorted(r.id for r in rows(runtime, "held"))
+    assert dispatch.claim(runtime, ids[0], dt.timedelta(seconds=30))  # another worker is sending it
+    claimed, until = dispatch.claim_many(runtime, ids, dt.timedelta(seconds=30))
+    assert claimed == ids[1:]
+    # a late send renews only a claim it still holds
+    assert dispatch._extend_claim(runtime, ids[1], until, dt.timedelta(seconds=30))
+    assert not dispatch._extend_claim(runtime, ids[2], until - dt.timedelta(seconds=1), dt.timedelta(seconds=30))
+    assert dispatch.claim_many(runtime, ids, dt.timedelta(seconds=30))[0] == []  # all held now
+    assert len(gh.dispatches()) == 0
+
+
+def test_one_batch_task_sends_every_row_it_claims_and_leaves_held_rows(setup):
+    build, _, gh = setup
+    client, runtime = build(THREE_TARGETS)
+    post_webhook(client, "pull_request", pr_payload(), delivery="part")
+    ids = sorted(r.id for r in rows(runtime, "part"))
+    assert dispatch.claim(runtime, ids[0], dt.timedelta(seconds=30))
+    out = runtime.tasks.send_many.call_local(ids)
+    assert out == {ids[1]: "sent", ids[2]: "sent"}
+    states = {r.id: (r.state, r.attempts) for r in rows(runtime, "part")}
+    assert states[ids[0]] == ("pending", 0) and len(gh.dispatches()) == 2
