@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from crcr.errors import ConfigError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -101,7 +103,7 @@ class Settings(BaseSettings):
 
     # service
     host: str = Field("127.0.0.1", description="address crcr serve binds")
-    port: int = Field(8000, description="port crcr serve binds")
+    port: int = Field(8000, ge=0, le=65535, description="port crcr serve binds (0 picks a free one)")
     public_url: str | None = Field(None, description="URL where downstream jobs reach this relay (callbacks)")
     log_format: str = Field("auto", description="auto | json | text")
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING, ERROR")
@@ -116,6 +118,14 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return init_settings, env_settings, _YamlFileSource(settings_cls)
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, v: str) -> str:
+        level = v.upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        return level
 
     @field_validator("log_format")
     @classmethod
@@ -154,5 +164,20 @@ def get_settings() -> Settings:
         return Settings()
     except ConfigError:
         raise
-    except Exception as exc:  # pydantic ValidationError: name the variable
-        raise ConfigError(f"invalid settings: {exc}", hint="check the CRCR_* environment variables") from exc
+    except ValidationError as exc:  # name the variable; never echo a secret's value
+        raise ConfigError(f"invalid settings: {describe_validation_error(exc)}",
+                          hint="fix these CRCR_* variables (or keys of the CRCR_CONFIG file); "
+                               "see docs/configuration.md") from exc
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One ``CRCR_NAME: problem (got 'value')`` per error; values of secret fields are not shown."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        name = str(err["loc"][0]) if err["loc"] else "?"
+        field = Settings.model_fields.get(name)
+        secret = field is not None and "SecretStr" in str(field.annotation)
+        msg = err["msg"].removeprefix("Value error, ")
+        got = "" if secret or "input" not in err else f" (got {err['input']!r})"
+        parts.append(f"CRCR_{name.upper()}: {msg}{got}")
+    return "; ".join(parts)

@@ -13,13 +13,14 @@ The one-command embedded default: SQLite (WAL) and a SQLite queue in CRCR_DATA_D
 an in-process worker that sends the dispatches, and the sweeper that re-enqueues
 dispatches whose worker died. Without CRCR_WEBHOOK_SECRET a random secret is
 generated into <data_dir>/webhook-secret on first start (printed below) and every
-webhook must be signed with it. The database is migrated on start.
+webhook must be signed with it. The database is migrated on start; an allowlist
+that cannot be read or parsed stops it before it listens.
 
 Every setting is a CRCR_* variable; see docs/configuration.md.""")
 def serve(
     host: str = typer.Option(None, help="address to bind (default CRCR_HOST, 127.0.0.1)"),
-    port: int = typer.Option(None, help="port to bind (default CRCR_PORT, 8000; 0 picks a free one)"),
-    workers: int = typer.Option(None, help="in-process worker threads (default CRCR_WORKERS)"),
+    port: int = typer.Option(None, min=0, max=65535, help="port to bind (default CRCR_PORT, 8000; 0 picks a free one)"),
+    workers: int = typer.Option(None, min=1, help="in-process worker threads (default CRCR_WORKERS)"),
     worker: bool = typer.Option(True, "--worker/--no-worker", help="run dispatch tasks in this process"),
     sweeper: bool = typer.Option(True, "--sweeper/--no-sweeper",
                                  help="re-enqueue dispatches left in flight (enable in one process only)"),
@@ -28,10 +29,14 @@ def serve(
 
     from crcr.logs import configure_logging
     from crcr.settings import get_settings
+    from relay.allowlist import AllowlistSource
     from relay.app import create_app
 
     settings = get_settings()
     configure_logging(settings.log_format, settings.log_level)
+    # read the allowlist before anything is created: a relay that cannot read it would
+    # accept webhooks it cannot route
+    AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s).get()
     application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)
     secret_path = application.state.webhook_secret_path
     typer.echo(f"crcr relay: data in {settings.data_dir.resolve()}, database "
