@@ -25,7 +25,7 @@ from crcr.contracts.pick import load_pick
 from crcr.contracts.plan import load_plan
 from crcr.contracts.results import RunMeta, RunResults, TestResult
 from crcr.errors import InputError
-from crcr.fileio import atomic_write_bytes
+from crcr.fileio import atomic_write_bytes, check_writable
 from runners import devices, junit, sharding
 from runners.errors import CollectionError
 from runners.isolation import ChildSpec, Supervisor
@@ -100,16 +100,8 @@ def prepare(options: RunOptions) -> Prepared:
     for out in (options.results, options.junit, options.inventory, options.log):
         if out is not None and out.exists() and out.is_dir():
             raise InputError(f"{out} is a directory; give a file path")
-        if out is not None:  # fail now, not after the whole run
-            try:
-                out.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                why = "a file is in the way" if isinstance(exc, FileExistsError) else exc.strerror
-                raise InputError(f"cannot write {out}: cannot create its folder {out.parent}: {why}",
-                                 hint="give an output path in a folder you can write") from exc
-            if not os.access(out.parent, os.W_OK):
-                raise InputError(f"cannot write {out}: folder {out.parent} is not writable",
-                                 hint="give an output path in a folder you can write")
+        if out is not None:
+            check_writable(out)  # fail now, not after the whole run
     return Prepared(options, root, targets, shard, plan_digest, pick_digest)
 
 

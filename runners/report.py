@@ -155,7 +155,8 @@ class Reporter:
                  client: httpx.Client | None = None, attempts: int = 4,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         if not callback_url.startswith(("https://", "http://")):
-            raise InputError(f"--callback {callback_url!r} is not an http(s) URL")
+            raise InputError(f"--callback {callback_url!r} is not an http(s) URL",
+                             hint="e.g. --callback https://relay.example/callback")
         self.callback_url = callback_url
         self.results_url = results_url or results_url_for(callback_url)
         self._token = token

@@ -44,7 +44,8 @@ def load_file_times(path: Path = TEST_TIMES) -> dict[str, float]:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"cannot read test times from {path}: {exc}") from exc
+        raise InputError(f"cannot read test times from {path}: {exc}",
+                         hint="pass results files written by crcr run --results") from exc
     times: dict[str, float] = {}
     envs = sorted(data, key=lambda e: (e != "default", e))
     for env in envs:
@@ -122,5 +123,5 @@ def balance(weighted: Mapping[str, float], count: int) -> float:
 def matrix(count: int) -> dict[str, list[dict[str, object]]]:
     """The GitHub Actions matrix for ``count`` shards: use ``fromJSON`` on it."""
     if count < 1:
-        raise InputError(f"--matrix {count}: the number of shards must be at least 1")
+        raise InputError(f"--matrix {count}: the number of shards must be at least 1", hint="e.g. --matrix 8")
     return {"include": [{"shard": f"{i}/{count}", "index": i, "total": count} for i in range(1, count + 1)]}

@@ -48,12 +48,15 @@ class DisabledTests:
         self.path = path
         self.device = device
         self._index: dict[tuple[str, str], DisabledEntry] = {}
+        hint = "pass pytorch's disabled-tests JSON (an object of 'test (Class)' -> [issue, url, platforms])"
         if not path.is_file():
-            raise ConfigError(f"disabled-tests file {path} does not exist")
+            raise ConfigError(f"disabled-tests file {path} does not exist", hint=hint)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}: not valid JSON ({exc})") from exc
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid JSON ({exc})", hint=hint) from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(data).__name__}", hint=hint)
         for key, value in sorted(data.items()):
             m = _KEY.match(key)
             if not m or not isinstance(value, list) or len(value) < 3:

@@ -124,3 +124,56 @@ def test_run_refuses_an_unwritable_output_before_running(tmp_path, capsys):
     code, err = _run(["run", "--device", "cpu", "--results", str(blocker / "r.json")], capsys)
     assert code == 2
     assert f"error[bad-input]: cannot write {blocker / 'r.json'}" in err and "hint: " in err
+
+
+def test_snpu_capabilities_refuses_an_unwritable_out_before_the_sweep(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, err = _run(["snpu", "capabilities", "--out", str(blocker / "cap.yaml")], capsys)
+    assert code == 2
+    assert f"error[bad-input]: cannot write {blocker / 'cap.yaml'}: a file is in the way" in err
+
+
+def test_atomic_write_into_an_impossible_folder_is_an_input_error(tmp_path):
+    from crcr.errors import InputError
+    from crcr.fileio import atomic_write_text
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(InputError, match="cannot write"):
+        atomic_write_text(blocker / "x.json", "{}")
+    assert blocker.read_text() == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["run", "--timeout", "0"], "--timeout 0.0: must be positive"),
+        (["run", "--matrix", "0"], "--matrix 0: the number of shards must be at least 1"),
+        (["report", "--callback", "not-a-url", "--token", "t0ps3cret", "--delivery-id", "d", "--phase", "start"],
+         "--callback 'not-a-url' is not an http(s) URL"),
+        (["report", "--callback", "https://relay.example/callback", "--token", "t0ps3cret", "--delivery-id", "d",
+          "--phase", "bogus"], "--phase 'bogus' is not a phase"),
+        (["report", "--callback", "https://relay.example/callback", "--token", "t0ps3cret", "--delivery-id", "d",
+          "--results", "{bad}"], "not valid JSON"),
+        (["select", "import", "--backend", "snpu", "{missing}"], "does not exist"),
+    ],
+)
+def test_bad_input_comes_with_a_hint(tmp_path, capsys, argv, expected):
+    (tmp_path / "bad.json").write_text("{bad")
+    argv = [a.replace("{bad}", str(tmp_path / "bad.json")).replace("{missing}", str(tmp_path / "nope.yaml"))
+            for a in argv]
+    code, err = _run(argv, capsys)
+    assert code == 2, err
+    assert expected in err and "\nhint: " in err
+    assert "t0ps3cret" not in err
+
+
+def test_select_plan_with_a_disabled_tests_file_that_is_not_an_object(tmp_path, capsys):
+    disabled = tmp_path / "disabled.json"
+    disabled.write_text("[1, 2]")
+    code, err = _run(["select", "plan", "--backend", "snpu", "--disabled", str(disabled),
+                      "--out", str(tmp_path / "plan")], capsys)
+    assert code == 2
+    assert "expected a JSON object, got list" in err and "\nhint: " in err
+    assert not (tmp_path / "plan").exists()

@@ -39,7 +39,7 @@ def report(
     from runners import report as reporting
 
     if phase not in ("all", "start", "finish"):
-        raise InputError(f"--phase {phase!r}: choose all, start or finish")
+        raise InputError(f"--phase {phase!r} is not a phase", hint="choose all, start or finish")
     loaded = load_results(results) if results is not None else None
     if loaded is None and phase != "start":
         raise InputError("--results FILE is needed unless --phase start", hint="crcr run --results FILE writes it")

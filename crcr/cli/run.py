@@ -53,7 +53,7 @@ def run(
         typer.echo(json.dumps(sharding.matrix(matrix), separators=(",", ":")))
         return
     if timeout <= 0:
-        raise InputError(f"--timeout {timeout}: must be positive")
+        raise InputError(f"--timeout {timeout}: must be positive", hint="e.g. --timeout 300 (seconds per test)")
 
     from runners.driver import RunOptions, execute, exit_status, prepare
     from runners.progress import Progress

@@ -86,7 +86,8 @@ def inventory_cmd(
     keyword: Annotated[str | None, typer.Option("-k", help="embedded: pytest -k slice")] = None,
 ) -> None:
     if sum([pytorch_src is not None, test_times, opinfo]) > 1:
-        raise InputError("choose one source: --pytorch-src, --test-times, --opinfo or the embedded default")
+        raise InputError("more than one inventory source given",
+                         hint="choose one: --pytorch-src, --test-times, --opinfo, or none for the embedded default")
     if pytorch_src is not None:
         from selector.inventory.opdb import load_opdb
         from selector.inventory.opinfo import cached_fingerprints
@@ -391,7 +392,7 @@ def import_cmd(
     if format != "spyre":
         raise InputError(f"--format {format!r}: unknown format", hint="supported: spyre")
     if not source.is_file():
-        raise InputError(f"{source} does not exist")
+        raise InputError(f"{source} does not exist", hint="give the path of the file to import")
     files, notes = import_spyre(source.read_text(encoding="utf-8"), backend, str(source))
     out_dir = out or Path("configs/selections") / backend
     for upstream, text in sorted(files.items()):
@@ -472,11 +473,12 @@ def pick_cmd(
     from selector.pick import PickContext, pick
 
     if budget is not None and budget <= 0:
-        raise InputError(f"--budget {budget}: must be positive")
+        raise InputError(f"--budget {budget}: must be positive", hint="e.g. --budget 600 (seconds)")
     if not diff.is_file():
         raise InputError(f"diff {diff} does not exist", hint="write one with: git diff BASE...HEAD > pr.diff")
     if diff.stat().st_size > MAX_DIFF_BYTES:
-        raise InputError(f"diff {diff} is larger than {MAX_DIFF_BYTES // (1024 * 1024)} MiB")
+        raise InputError(f"diff {diff} is larger than {MAX_DIFF_BYTES // (1024 * 1024)} MiB",
+                         hint="pass a diff of one PR: git diff BASE...HEAD > pr.diff")
     failures: dict[str, int] = {}
     for h in history or []:
         for t in load_results(h).failed():

@@ -44,9 +44,12 @@ def capabilities(
 ) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from crcr.fileio import atomic_write_text
+    from crcr.fileio import atomic_write_text, check_writable
     from crcr.settings import get_settings
     from runners.snpu import capabilities as caps
+
+    if str(out) != "-":
+        check_writable(out)  # before the sweep, not after it
 
     sweep_data = None
     if opinfo:

@@ -121,7 +121,8 @@ def parse_results(data: bytes | str | dict[str, Any], where: str = "<results>") 
     try:
         obj = json.loads(data) if isinstance(data, bytes | str) else data
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ContractError(f"{where}: not valid JSON ({exc})") from exc
+        raise ContractError(f"{where}: not valid JSON ({exc})",
+                            hint="results files come from crcr run --results") from exc
     try:
         return RunResults.model_validate(obj)
     except ValidationError as exc:
