@@ -128,11 +128,16 @@ def redeliver(
                 chunk = wanted[start:start + 200]
                 moved += do_redeliver(runtime, chunk)
                 progress.advance(task, len(chunk))
-        register_tasks(runtime).enqueue(moved)
+        enqueued = register_tasks(runtime).enqueue(moved)
     finally:
         runtime.close()
     missing = sorted(set(ids or []) - set(moved))
-    typer.echo(f"{len(moved)} dispatch(es) back to pending and enqueued")
+    if moved and enqueued < len(moved):
+        typer.echo(f"{len(moved)} dispatch(es) back to pending, but the queue could not be reached: "
+                   "they are sent when a sweeper (crcr serve, or crcr worker --sweeper) next runs", err=True)
+    else:
+        typer.echo(f"{len(moved)} dispatch(es) back to pending and enqueued")
     if missing:
         typer.echo(f"not redelivered (unknown, or still pending/retrying): {', '.join(map(str, missing))}", err=True)
+    if missing or enqueued < len(moved):
         raise typer.Exit(1)

@@ -89,6 +89,17 @@ def test_dispatches_list_show_and_redeliver(env, capsys):
     assert code == 0 and "4 dispatch(es)" in out
 
 
+def test_redeliver_says_so_when_the_queue_is_unreachable(env, capsys, monkeypatch):
+    from relay import worker
+
+    run(["db", "upgrade"], capsys)
+    _plant(["dead"])
+    monkeypatch.setattr(worker.Tasks, "enqueue", lambda self, ids: 0)
+    code, out, err = run(["dispatches", "redeliver", "--all-dead"], capsys)
+    assert code == 1 and "enqueued" not in out
+    assert "1 dispatch(es) back to pending, but the queue could not be reached" in err
+
+
 def test_dispatches_bad_input_exits_2_with_a_hint(env, capsys):
     code, _, err = run(["dispatches", "list", "--state", "lost"], capsys)
     assert code == 2 and "unknown state 'lost'" in err and "hint:" in err
