@@ -177,3 +177,16 @@ def test_select_plan_with_a_disabled_tests_file_that_is_not_an_object(tmp_path, 
     assert code == 2
     assert "expected a JSON object, got list" in err and "\nhint: " in err
     assert not (tmp_path / "plan").exists()
+
+
+def test_serve_on_a_port_in_use_is_a_config_error_before_anything_is_written(clean_env, capsys):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, err = _run(["serve", "--host", "127.0.0.1", "--port", str(port)], capsys)
+    assert code == 2
+    assert f"error[bad-config]: cannot listen on 127.0.0.1:{port}" in err and "\nhint: " in err
+    assert not (clean_env / "data").exists()

@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import socket
+
 import typer
 
+from crcr.errors import ConfigError
+
 app = typer.Typer(add_completion=False)
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    """Fail with a clear error, before anything is written, if ``host:port`` cannot be bound."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does
+            sock.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+                          hint="stop what uses that port, or pass --port N (0 picks a free one) / --host ADDRESS "
+                               "(CRCR_PORT / CRCR_HOST)") from exc
 
 
 @app.command(help="""Run the relay: POST /webhook, /callback, /results, /livez, /readyz, /metrics.
@@ -37,6 +55,8 @@ def serve(
     # read the allowlist before anything is created: a relay that cannot read it would
     # accept webhooks it cannot route
     AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s).get()
+    bind_host, bind_port = host or settings.host, settings.port if port is None else port
+    _check_can_listen(bind_host, bind_port)
     application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)
     secret_path = application.state.webhook_secret_path
     typer.echo(f"crcr relay: data in {settings.data_dir.resolve()}, database "
@@ -44,5 +64,5 @@ def serve(
                f"{settings.allowlist}", err=True)
     if secret_path is not None:
         typer.echo(f"webhook secret: generated in {secret_path} (set CRCR_WEBHOOK_SECRET to use your own)", err=True)
-    uvicorn.run(application, host=host or settings.host, port=settings.port if port is None else port,
+    uvicorn.run(application, host=bind_host, port=bind_port,
                 log_level=settings.log_level.lower(), access_log=False)
