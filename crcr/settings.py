@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from crcr.errors import ConfigError
 
@@ -62,11 +63,11 @@ class Settings(BaseSettings):
     # upstream and intake
     upstream_repo: str = Field("pytorch/pytorch", description="the upstream repository whose events are relayed")
     webhook_secret: SecretStr | None = Field(None, description="GitHub webhook secret (HMAC-SHA256)")
-    max_webhook_bytes: int = Field(25 * 1024 * 1024, description="bodies larger than this get 413")
+    max_webhook_bytes: int = Field(25 * 1024 * 1024, gt=0, description="bodies larger than this get 413")
 
     # downstream targets
     allowlist: str = Field("configs/allowlist.yaml", description="path or https URL of the CRCR-format allowlist")
-    allowlist_ttl_s: float = Field(300.0, description="how long a fetched allowlist is cached")
+    allowlist_ttl_s: float = Field(300.0, ge=0, description="how long a fetched allowlist is cached")
 
     # GitHub
     github_api_url: str = Field("https://api.github.com", description="GitHub REST base URL (GHES or a test server)")
@@ -90,10 +91,10 @@ class Settings(BaseSettings):
         description="OIDC issuers whose tokens are accepted on /callback and /results",
     )
     oidc_audience: str = Field("pytorch-cross-repo-ci-relay", description="audience the callback tokens must carry")
-    oidc_jwks_ttl_s: float = Field(600.0, description="JWKS cache lifetime; an unknown kid refetches early")
+    oidc_jwks_ttl_s: float = Field(600.0, ge=0, description="JWKS cache lifetime; an unknown kid refetches early")
     ci_providers: Path | None = Field(None, description="ci_providers.yml: Buildkite org/pipeline ids -> repo")
     callback_rate_per_minute: int = Field(60, ge=1, description="callbacks accepted per repo per minute, then 429")
-    max_results_bytes: int = Field(32 * 1024 * 1024, description="largest /results upload (after gunzip)")
+    max_results_bytes: int = Field(32 * 1024 * 1024, gt=0, description="largest /results upload (after gunzip)")
 
     # selector agent (crcr select plan --agent claude)
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key (else ANTHROPIC_API_KEY)")
@@ -168,6 +169,14 @@ def get_settings() -> Settings:
         raise ConfigError(f"invalid settings: {describe_validation_error(exc)}",
                           hint="fix these CRCR_* variables (or keys of the CRCR_CONFIG file); "
                                "see docs/configuration.md") from exc
+    except SettingsError as exc:  # e.g. a list setting that is not JSON
+        match = re.search(r'field "(\w+)"', str(exc))
+        name = f"CRCR_{match.group(1).upper()}" if match else "a CRCR_* variable"
+        raise ConfigError(f"invalid settings: {name} could not be parsed",
+                          hint='list settings are JSON in the environment, e.g. CRCR_OIDC_ISSUERS=\'["https://..."]\'; '
+                               "see docs/configuration.md") from exc
+    except (TypeError, ValueError) as exc:  # anything else pydantic-settings raises while reading a value
+        raise ConfigError(f"invalid settings: {exc}", hint="check the CRCR_* environment variables") from exc
 
 
 def describe_validation_error(exc: ValidationError) -> str:

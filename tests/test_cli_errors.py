@@ -190,3 +190,16 @@ def test_serve_on_a_port_in_use_is_a_config_error_before_anything_is_written(cle
     assert code == 2
     assert f"error[bad-config]: cannot listen on 127.0.0.1:{port}" in err and "\nhint: " in err
     assert not (clean_env / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("CRCR_OIDC_ISSUERS", "https://issuer.example", "CRCR_OIDC_ISSUERS could not be parsed"),
+        ("CRCR_MAX_WEBHOOK_BYTES", "-1", "CRCR_MAX_WEBHOOK_BYTES: Input should be greater than 0"),
+    ],
+)
+def test_more_bad_settings(clean_env, monkeypatch, capsys, name, value, expected):
+    monkeypatch.setenv(name, value)
+    code, err = _run(["dispatches", "list"], capsys)
+    assert code == 2 and f"error[bad-config]: invalid settings: {expected}" in err and "\nhint: " in err
