@@ -1,4 +1,4 @@
-"""``/livez`` (the process answers), ``/readyz`` (database and queue reachable), ``/metrics``."""
+"""``/livez`` (the process answers), ``/readyz`` (database, queue and allowlist usable), ``/metrics``."""
 
 from __future__ import annotations
 
@@ -33,10 +33,15 @@ def _check(runtime: Runtime) -> dict[str, str]:
         checks["queue"] = "ok"
     except Exception as exc:
         checks["queue"] = f"unreachable: {type(exc).__name__}"
+    try:  # without it no webhook can be routed (intake answers 503)
+        runtime.allowlist.get()
+        checks["allowlist"] = "ok"
+    except Exception as exc:
+        checks["allowlist"] = f"unreadable: {type(exc).__name__}"
     return checks
 
 
-@router.get("/readyz", summary="Readiness: database and queue reachable")
+@router.get("/readyz", summary="Readiness: database and queue reachable, allowlist readable")
 async def readyz(request: Request) -> JSONResponse:
     checks = await run_in_threadpool(_check, request.app.state.runtime)
     ok = all(v == "ok" for v in checks.values())

@@ -24,6 +24,7 @@ from sqlalchemy import insert
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from starlette.concurrency import run_in_threadpool
 
+from crcr.errors import ConfigError
 from crcr.logs import log_context
 from crcr.store.deliveries import ACCEPTED, IGNORED, Delivery, Dispatch
 from relay.events import EventInfo, describe, route
@@ -72,13 +73,16 @@ def _hook(module: str, name: str) -> Any:
 def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload: dict[str, Any]) -> JSONResponse:
     """Runs in a worker thread: route, write one transaction (the primary key dedupes), enqueue."""
     metrics = runtime.metrics
+    # Outside the try below: without an allowlist the targets are unknown, and recording
+    # the delivery as ignored would lose it. The caller answers 503 (GitHub can redeliver).
+    allowlist = runtime.allowlist.get() if event != "ping" else None
     try:
         info = describe(event, payload)
-        if event == "ping":
+        if allowlist is None:
             decision_targets, reason = [], "ping"
             result = None
         else:
-            result = route(info, runtime.allowlist.get(), upstream_repo=runtime.settings.upstream_repo)
+            result = route(info, allowlist, upstream_repo=runtime.settings.upstream_repo)
             decision_targets, reason = result.targets, result.ignored_reason
     except Exception as exc:  # an untrusted payload shape crcr did not foresee: record, don't 5xx
         log.exception("could not read delivery %s", delivery_id)
@@ -186,6 +190,10 @@ async def webhook(request: Request) -> JSONResponse:
         return _answer(400, error="body is not a JSON object")
     try:
         return await run_in_threadpool(_store, runtime, delivery_id, event, body, payload)
+    except ConfigError as exc:
+        log.error("allowlist unavailable, delivery %s refused: %s", delivery_id, exc.message)
+        runtime.metrics.deliveries.labels(event, "allowlist_down").inc()
+        return _answer(503, error="the relay cannot read its allowlist; GitHub can redeliver this delivery later")
     except SQLAlchemyError as exc:
         log.error("storage unavailable, delivery %s refused: %s", delivery_id, type(exc).__name__)
         runtime.metrics.deliveries.labels(event, "storage_down").inc()

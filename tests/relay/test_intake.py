@@ -168,3 +168,18 @@ def test_storage_down_is_503_and_readyz_fails(relay):
     ready = client.get("/readyz")
     assert ready.status_code == 503 and ready.json()["checks"]["database"].startswith("unreachable")
     assert client.get("/livez").status_code == 200
+
+
+def test_unreadable_allowlist_is_503_not_a_lost_delivery_and_readyz_fails(tmp_path):
+    settings = make_settings(tmp_path, allowlist="L1: [oops\n")  # never parses: no last good copy
+    with TestClient(create_app(settings, start_worker=False, start_sweeper=False)) as client:
+        r = post_webhook(client, "pull_request", pr_payload(), delivery="no-allowlist")
+        assert r.status_code == 503 and "allowlist" in r.json()["error"]
+        ready = client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["checks"]["allowlist"].startswith("unreadable")
+        # nothing was recorded as ignored: GitHub's redelivery will be processed once it is fixed
+        (tmp_path / "allowlist.yaml").write_text("L4:\n  - org/l4: oncall\n")
+        r = post_webhook(client, "pull_request", pr_payload(), delivery="no-allowlist")
+        assert r.status_code == 202
+        assert [x.target for x in rows(client.app.state.runtime, "no-allowlist")] == ["org/l4"]
+        assert client.get("/readyz").status_code == 200

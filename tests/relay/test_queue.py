@@ -28,7 +28,7 @@ def test_deliveries_reach_every_target_through_the_consumer(tmp_path, fake_githu
             assert post_webhook(client, "pull_request", pr_payload(number=i), delivery=f"q{i}").status_code == 202
         wait_for(lambda: all(r.state == "sent" for r in rows(runtime)) and len(rows(runtime)) == 12,
                  what="12 dispatches sent")
-        assert client.get("/readyz").json()["checks"] == {"database": "ok", "queue": "ok"}
+        assert client.get("/readyz").json()["checks"] == {"database": "ok", "queue": "ok", "allowlist": "ok"}
         metrics = client.get("/metrics").text
     got = sorted((c.body["client_payload"]["delivery_id"], c.path) for c in fake_github.dispatches())
     assert got == sorted((f"q{i}", f"/repos/org/{t}/dispatches") for i in range(3) for t in "abcd")
