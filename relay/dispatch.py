@@ -245,7 +245,7 @@ def _attempt(runtime: Runtime, row: Dispatch, delivery: Delivery, target: Any, a
         if target is None:
             raise DispatchFailure(f"{row.target} is no longer in the allowlist", False)
         removed: list[str] = []
-        # re-encoding can grow the body up to 3x (", " separators, six-character \\u escapes of UTF-8
+        # re-encoding can grow the body up to 3x (", " separators, six-character \u escapes of UTF-8
         # text): only a payload far below the limit skips measuring
         if delivery.payload_bytes * 3 + 1024 >= MAX_CLIENT_PAYLOAD_BYTES:
             client_payload, removed = trim_client_payload(build_client_payload(delivery))
