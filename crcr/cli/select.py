@@ -145,6 +145,13 @@ def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None)
     return caps, dis
 
 
+def _emit_markdown(md: str, path: Path | None) -> None:
+    """Print Markdown for a person and, when asked, write it for a bot to post."""
+    typer.echo(md)
+    if path:
+        path.write_text(md, encoding="utf-8")
+
+
 def _print_report(report: Any, as_json: bool) -> None:
     from dataclasses import asdict
 
@@ -295,9 +302,7 @@ def upgrade_cmd(
     if before is not None:
         flips, n = diff_plans(before, load_plan(out_dir), target)
         md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")
-        typer.echo(md)
-        if markdown:
-            markdown.write_text(md, encoding="utf-8")
+        _emit_markdown(md, markdown)
 
 
 @app.command("refine", help=(
@@ -441,9 +446,7 @@ def diff_cmd(
 
     flips, n = diff_plans(load_plan(old), load_plan(new), load_inventory(inventory) if inventory else None)
     md = render_markdown(flips, n)
-    typer.echo(md)
-    if out:
-        out.write_text(md, encoding="utf-8")
+    _emit_markdown(md, out)
 
 
 @app.command("pick", help=(

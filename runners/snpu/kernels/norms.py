@@ -27,6 +27,14 @@ def _plan(x: torch.Tensor, normalized: int) -> Any:
     return plan_rows(max(rows, 1), max(normalized, 1), x.dtype, normalized, machine.current(), _PASSES, False)
 
 
+def _rows_plan(x: torch.Tensor, normalized_shape: Any) -> tuple[int, int, Any]:
+    """Row length (product of the normalized dims), row count and the row plan."""
+    n = 1
+    for size in normalized_shape:
+        n *= size
+    return n, (x.numel() // n if n else 0), _plan(x, n)
+
+
 def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
     m = machine.current()
     extra = 0
@@ -43,11 +51,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     if x.dim() < k or tuple(x.shape[x.dim() - k :]) != tuple(normalized_shape):
         return func(*args)  # PyTorch's own shape error, from the CPU kernel
     stat_shape = tuple(x.shape[: x.dim() - k]) + (1,) * k
-    n = 1
-    for s in normalized_shape:
-        n *= s
-    plan = _plan(x, n)
-    rows = x.numel() // n if n else 0
+    n, rows, plan = _rows_plan(x, normalized_shape)
     if x.numel() == 0:
         _record(plan, func.name())
         return func(*args)
@@ -78,11 +82,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
 @register("native_layer_norm_backward", category="norm")
 def layer_norm_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad_out, x, normalized_shape, mean, rstd, weight, bias, mask = args
-    n = 1
-    for s in normalized_shape:
-        n *= s
-    plan = _plan(x, n)
-    rows = x.numel() // n if n else 0
+    n, rows, plan = _rows_plan(x, normalized_shape)
     if x.numel() == 0:
         _record(plan, func.name())
         return func(*args)
