@@ -30,6 +30,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import os
 import re
 import resource
 import shutil
@@ -110,6 +111,7 @@ class WrkResult:
     non_2xx: int
     errors: int
     client_cpu: float  # wrk's CPU seconds per second of wall time
+    server_ms: float  # the API process's CPU milliseconds per request (its worker child not included)
 
 
 def _ms(value: str) -> float:
@@ -119,7 +121,18 @@ def _ms(value: str) -> float:
     return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}[m.group(2)]
 
 
-def run_wrk(url: str, lua: Path, *, threads: int, connections: int, duration: int) -> WrkResult:
+def cpu_seconds(pid: int) -> float:
+    """User+system CPU of process ``pid`` and its threads (Linux ``/proc``)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_wrk(url: str, lua: Path, *, threads: int, connections: int, duration: int,
+            server_pid: int | None = None) -> WrkResult:
+    server0 = cpu_seconds(server_pid) if server_pid else 0.0
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(lua),
@@ -127,13 +140,15 @@ def run_wrk(url: str, lua: Path, *, threads: int, connections: int, duration: in
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    server_cpu = (cpu_seconds(server_pid) - server0) if server_pid else 0.0
     dist = dict(re.findall(r"^\s+(\d+)%\s+(\S+)$", out, re.M))
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     return WrkResult(rps=float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), p50_ms=_ms(dist["50"]),
                      p99_ms=_ms(dist["99"]), requests=requests, non_2xx=int(non2xx.group(1)) if non2xx else 0,
-                     errors=sum(map(int, errors.groups())) if errors else 0, client_cpu=cpu / wall)
+                     errors=sum(map(int, errors.groups())) if errors else 0, client_cpu=cpu / wall,
+                     server_ms=1000 * server_cpu / max(1, requests))
 
 
 @contextlib.contextmanager
@@ -233,7 +248,7 @@ def main() -> None:
         for rep in range(args.repeat):
             proc, url = start_server([sys.executable, str(Path(__file__).resolve()), "--serve-bare"], {})
             try:
-                results["bare FastAPI + HMAC"].append(run_wrk(url, lua(f"bare{rep}"), **wrk_args))
+                results["bare FastAPI + HMAC"].append(run_wrk(url, lua(f"bare{rep}"), server_pid=proc.pid, **wrk_args))
             finally:
                 stop(proc)
             for name, store, worker in configs:
@@ -250,7 +265,7 @@ def main() -> None:
                     argv = [sys.executable, "-m", "crcr.cli.main", "serve", "--port", "0"]
                     proc, url = start_server(argv + ([] if worker else ["--no-worker"]), env)
                     try:
-                        r = run_wrk(url, lua(f"r{rep}{store}{int(worker)}"), **wrk_args)
+                        r = run_wrk(url, lua(f"r{rep}{store}{int(worker)}"), server_pid=proc.pid, **wrk_args)
                     finally:
                         stop(proc)
                     db_url = env.get("CRCR_DATABASE_URL") or f"sqlite:///{data / 'crcr.db'}"
@@ -259,22 +274,26 @@ def main() -> None:
                     lost = max(0, acked - n_stored)
                     lost_total += lost
                     results[name].append(r)
-                    print(f"  run {rep + 1} {name}: {r.rps:.0f}/s p99 {r.p99_ms:.1f} ms, {acked} acknowledged, "
+                    print(f"  run {rep + 1} {name}: {r.rps:.0f}/s p99 {r.p99_ms:.1f} ms, {r.server_ms:.2f} ms CPU/request, "
+                          f"{acked} acknowledged, "
                           f"{n_stored} stored (dispatch rows {states}), {r.non_2xx} non-2xx, {r.errors} socket errors", file=sys.stderr)
             base = results["bare FastAPI + HMAC"][-1]
-            print(f"  run {rep + 1} bare: {base.rps:.0f}/s p99 {base.p99_ms:.1f} ms", file=sys.stderr)
+            print(f"  run {rep + 1} bare: {base.rps:.0f}/s p99 {base.p99_ms:.1f} ms, {base.server_ms:.2f} ms CPU/request",
+                  file=sys.stderr)
         dispatched = len(gh.dispatches())
     self_cpu = time.process_time() - self_cpu0
 
     print(f"wrk -t{args.threads} -c{args.connections} -d{args.duration}s, {len(body)} B signed pull_request, "
           f"a new delivery id per request; medians of {args.repeat} run(s), ratios within each run")
-    print(f"{'server':32} {'deliveries/s':>12} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'wrk cpu':>8}")
+    print(f"{'server':32} {'deliveries/s':>12} {'ratio':>6} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms/req':>10} "
+          f"{'wrk cpu':>8}")
     bare_runs = results["bare FastAPI + HMAC"]
     for name, runs in results.items():
         ratios = [r.rps / b.rps for r, b in zip(runs, bare_runs, strict=True)]
         med = statistics.median
         print(f"{name:32} {med(r.rps for r in runs):12.0f} {med(ratios):6.2f} {med(r.p50_ms for r in runs):7.1f} "
-              f"{med(r.p99_ms for r in runs):7.1f} {med(r.client_cpu for r in runs):7.2f}c")
+              f"{med(r.p99_ms for r in runs):7.1f} {med(r.server_ms for r in runs):10.2f} "
+              f"{med(r.client_cpu for r in runs):7.2f}c")
         if len(runs) > 1 and name != "bare FastAPI + HMAC":
             print(f"{'':32} ratios {', '.join(f'{x:.2f}' for x in ratios)}; "
                   f"p99 {', '.join(f'{r.p99_ms:.0f}' for r in runs)} ms")

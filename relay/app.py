@@ -20,25 +20,42 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, results
+from relay.group_commit import GroupWriter
 from relay.runtime import Runtime, webhook_secret
+from relay.wal_checkpoint import Checkpointer
+from relay.worker_process import WorkerProcess
 from relay.worker import Sweeper, register_tasks
 
 log = logging.getLogger("crcr.relay")
 
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
-               start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
-    """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+               start_sweeper: bool = True, workers: int | None = None, migrate: bool = True,
+               worker_process: bool = False) -> FastAPI:
+    """The relay app.
+
+    ``start_worker``: run dispatch tasks in a thread of this process; ``worker_process``
+    (``crcr serve``'s default) instead runs them in a child ``crcr worker`` at a lower
+    CPU priority, woken through a pipe, so sending never competes with intake for this
+    interpreter.
+    """
     runtime = runtime or Runtime.from_settings(settings)
     secret, secret_path = webhook_secret(settings)
+    checkpointer = Checkpointer(runtime.engine)
+    writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if migrate:
             await run_in_threadpool(upgrade, runtime.engine)
         register_tasks(runtime)
-        consumer = sweeper = None
-        if start_worker:
+        checkpointer.start()
+        consumer = sweeper = child = None
+        if worker_process:
+            child = WorkerProcess(workers=workers or settings.workers)
+            child.start()
+            runtime.wakeup = child.wakeup
+        elif start_worker:
             consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers, wakeup=runtime.wakeup)
             consumer.start()
         if start_sweeper:
@@ -49,8 +66,12 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         finally:
             if sweeper:
                 sweeper.stop()
+            await run_in_threadpool(writer.stop)
             if consumer:
                 await run_in_threadpool(consumer.stop)
+            if child:
+                await run_in_threadpool(child.stop)
+            await run_in_threadpool(checkpointer.stop)
             runtime.close()
 
     app = FastAPI(title="crcr relay", version="1", lifespan=lifespan,
@@ -58,6 +79,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     app.state.runtime = runtime
     app.state.webhook_secret = secret
     app.state.webhook_secret_path = secret_path
+    app.state.intake_writer = writer
+    app.state.rejection_limiter = intake.RejectionLimiter()
     health.install_gauges(runtime)
     app.include_router(intake.router)
     app.include_router(callbacks.router)
