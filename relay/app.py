@@ -23,8 +23,8 @@ from relay import callbacks, health, intake, results
 from relay.group_commit import GroupWriter
 from relay.runtime import Runtime, webhook_secret
 from relay.wal_checkpoint import Checkpointer
-from relay.worker_process import WorkerProcess
 from relay.worker import Sweeper, register_tasks
+from relay.worker_process import WorkerProcess
 
 log = logging.getLogger("crcr.relay")
 

@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "worker": ("crcr.cli.worker", "Run extra dispatch workers against the shared database and queue."),
     "db": ("crcr.cli.db", "Database migrations and retention (upgrade, prune)."),
     "dispatches": ("crcr.cli.dispatches", "Inspect and redeliver dispatches (list, show, redeliver)."),
+    "deliveries": ("crcr.cli.deliveries", "Every webhook received, ignored and rejected ones too (list, show)."),
     "downstream": ("crcr.cli.downstream", "Consume one dispatch payload from stdin (what a local target runs)."),
     "run": ("crcr.cli.run", "Run upstream tests on cpu, cuda or snpu and write JUnit and results JSON."),
     "report": ("crcr.cli.report", "Post a job's results to the relay as CRCR callbacks and a results upload."),
