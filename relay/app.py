@@ -42,7 +42,10 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     runtime = runtime or Runtime.from_settings(settings)
     secret, secret_path = webhook_secret(settings)
     checkpointer = Checkpointer(runtime.engine)
-    writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None)
+    # SQLite (local, no network wait) with a file allowlist: write on the event loop
+    inline = runtime.engine.dialect.name == "sqlite" and not runtime.allowlist.is_url
+    writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None,
+                         inline=inline)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -170,10 +170,24 @@ def write(runtime: Runtime, planned: list[_Planned], rejected: list[Rejected], n
 
 
 class GroupWriter:
-    """The single writer thread of one app; ``await store(item)`` returns its ``Stored``."""
+    """The single writer of one app; ``await store(item)`` returns its ``Stored``.
 
-    def __init__(self, runtime: Runtime, hooks: Any = None, wants_hook: Any = None) -> None:
+    ``inline=False``: a writer thread (PostgreSQL, whose commit waits on the network and
+    the server's fsync). ``inline=True`` (SQLite with a local allowlist): the batch is
+    written on the event loop itself, in a callback scheduled once per loop iteration,
+    collecting every request that reached the store step in that iteration. A SQLite
+    commit in WAL mode with ``synchronous=NORMAL`` and no checkpoint (see
+    ``relay.wal_checkpoint``) is a write to the page cache, well under a millisecond per
+    delivery, and a second thread would cost more: the interpreter lock is handed back
+    and forth on every socket send and HMAC, and on a loaded machine each handoff can
+    wait for the OS to schedule the other thread (profiled; see BENCHMARKS.md).
+    """
+
+    def __init__(self, runtime: Runtime, hooks: Any = None, wants_hook: Any = None, *, inline: bool = False) -> None:
         self.runtime = runtime
+        self.inline = inline
+        self._pending: list[_Job] = []
+        self._flush_scheduled = False
         self.hooks = hooks  # callable(runtime, Stored) -> dict | None, run after the commit
         self.wants_hook = wants_hook or (lambda stored: False)  # callable(Stored) -> bool
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
@@ -191,16 +205,44 @@ class GroupWriter:
     async def store(self, item: Incoming) -> Stored:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Stored] = loop.create_future()
-        self._ensure_started()
-        self._queue.put(_Job(item, loop, future))
+        self._submit(_Job(item, loop, future), loop)
         return await future
 
     def record_rejected(self, rejected: Rejected) -> None:
         """Queue a rejected-request record; written with the next batch, never awaited."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._submit(_Job(rejected, None, None), loop)
+
+    def _submit(self, job: _Job, loop: asyncio.AbstractEventLoop | None) -> None:
+        if self.inline and loop is not None:
+            self._pending.append(job)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+            return
         self._ensure_started()
-        self._queue.put(_Job(rejected, None, None))
+        self._queue.put(job)
+
+    def _flush(self) -> None:
+        """Write what the requests of this loop iteration queued (inline mode)."""
+        self._flush_scheduled = False
+        while self._pending:
+            jobs, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._process_safely(jobs)
+
+    def _process_safely(self, jobs: list[_Job]) -> None:
+        try:
+            self._process(jobs)
+        except BaseException as exc:  # never leave a request waiting forever
+            log.exception("intake writer failed")
+            _resolve_all([(j, None, exc) for j in jobs])
 
     def stop(self, timeout: float = 10.0) -> None:
+        if self._pending:  # inline mode: records queued after the last loop iteration
+            self._flush()
         with self._lock:
             thread = self._thread
         if thread is not None and thread.is_alive():
@@ -224,12 +266,7 @@ class GroupWriter:
                     stop = True
                     break
                 jobs.append(more)
-            try:
-                self._process(jobs)
-            except BaseException as exc:  # never leave a request waiting forever
-                log.exception("intake writer failed")
-                for j in jobs:
-                    _resolve(j, exc=exc)
+            self._process_safely(jobs)
             if stop:
                 return
 
@@ -264,24 +301,26 @@ class GroupWriter:
                     log.warning("could not record %d rejected request(s)", len(rejected), exc_info=True)
             self.batches += 1
         except Exception as exc:  # storage down: every request of the batch answers 503
-            for j, _ in planned:
-                _resolve(j, exc=exc)
+            _resolve_all([(j, None, exc) for j, _ in planned])
             return
         # stored: from here on nothing may turn an answer into an error. Answer first (the
         # queue only wakes workers; the sweeper covers an enqueue that never happens)
         self.runtime.metrics.intake_batch.observe(len(planned))
         later = []
+        now_settled = []
         for (j, _), s in zip(planned, stored, strict=True):
             if isinstance(s, Stored) and not s.duplicate and self.wants_hook(s):
                 later.append((j, s))
             elif isinstance(s, Stored):
-                _resolve(j, result=s)
+                now_settled.append((j, s, None))
             else:
-                _resolve(j, exc=s)
+                now_settled.append((j, None, s))
+        _resolve_all(now_settled)
         ids = [i for s in stored if isinstance(s, Stored) for i in s.dispatch_ids]
-        if ids and runtime.tasks is not None:
-            # one enqueue transaction and one wake-up per batch, on another thread: the
-            # queue's own commit must not delay the next batch's
+        if ids and runtime.tasks is not None and self.inline:
+            _enqueue(runtime, ids)  # one enqueue transaction and one wake-up per batch
+        elif ids and runtime.tasks is not None:
+            # on another thread: the queue's own commit must not delay the next batch's
             try:
                 self._enqueuer.submit(_enqueue, runtime, ids)
             except RuntimeError:  # shut down (the app is stopping): enqueue here
@@ -303,18 +342,27 @@ def _enqueue(runtime: Runtime, ids: list[int]) -> None:
 
 
 def _resolve(job: _Job, *, result: Any = None, exc: BaseException | None = None) -> None:
-    if job.future is None or job.loop is None:
-        return
+    _resolve_all([(job, result, exc)])
 
-    def settle() -> None:
-        if job.future.done():  # the request was cancelled (client went away)
-            return
-        if exc is not None:
-            job.future.set_exception(exc)
-        else:
-            job.future.set_result(result)
 
-    try:
-        job.loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # the loop is closed (shutdown)
-        pass
+def _resolve_all(settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    """Settle the futures of a batch with ONE wake-up of each event loop (not one per request)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
+    for job, result, exc in settled:
+        if job.future is not None and job.loop is not None:
+            by_loop.setdefault(job.loop, []).append((job, result, exc))
+
+    def settle(items: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, exc in items:
+            if job.future.done():  # the request was cancelled (client went away)
+                continue
+            if exc is not None:
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(result)
+
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(settle, items)
+        except RuntimeError:  # the loop is closed (shutdown)
+            pass

@@ -40,8 +40,9 @@ def test_one_batch_stores_all_and_flags_every_kind_of_duplicate(runtime):
     assert sorted(d.id for d in rows(runtime, "a")) == out[0].dispatch_ids
 
 
-def test_concurrent_requests_are_each_answered_after_their_commit(runtime):
-    writer = GroupWriter(runtime)
+@pytest.mark.parametrize("inline", [False, True], ids=["writer-thread", "on-the-event-loop"])
+def test_concurrent_requests_are_each_answered_after_their_commit(runtime, inline):
+    writer = GroupWriter(runtime, inline=inline)
 
     async def burst():
         ids = [f"c{i}" for i in range(40)] + ["c0", "c1"]  # two redeliveries among them
