@@ -202,7 +202,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2, help="wrk threads")
     ap.add_argument("--repeat", type=int, default=3, help="repetitions; medians are reported")
     ap.add_argument("--no-postgres", action="store_true", help="skip the PostgreSQL + Redis runs")
-    ap.add_argument("--only", default="", help="comma-separated config names to run (default: all)")
+    ap.add_argument("--only", choices=("sqlite", "postgres"), help="run only this storage's configs (and the baseline)")
     ap.add_argument("--serve-bare", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_bare:
@@ -225,8 +225,7 @@ def main() -> None:
         else:
             print("PostgreSQL or Redis not reachable: their runs are skipped", file=sys.stderr)
     if args.only:
-        wanted = set(args.only.split(","))
-        configs = [c for c in configs if c[0] in wanted or c[1] in wanted]
+        configs = [c for c in configs if c[1] == args.only]
     results: dict[str, list[WrkResult]] = {"bare FastAPI + HMAC": []}
     for name, _, _ in configs:
         results[name] = []
