@@ -20,6 +20,7 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, results
+from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
 from relay.worker import Sweeper, register_tasks
 
@@ -31,6 +32,10 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
     runtime = runtime or Runtime.from_settings(settings)
     secret, secret_path = webhook_secret(settings)
+    if getattr(runtime, "oidc", None) is None:
+        # read ci_providers.yml now: a file crcr cannot use stops the start (naming the key)
+        # instead of answering 500 to every callback later
+        runtime.oidc = OidcVerifier.from_settings(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
