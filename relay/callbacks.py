@@ -168,7 +168,7 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
         try:
             applied = jobs.apply_callback(session, repo, body, now=now, upstream_repo=runtime.settings.upstream_repo,
                                           commit_lookup=_commit_lookup(runtime),
-                                          verify_commit=runtime.allowlist.get().extensions)
+                                          crcr_mode=runtime.allowlist.get().extensions)
         except jobs.CallbackRejected as exc:
             session.rollback()
             record("rejected", exc.status, exc.reason, body.delivery_id, body.workflow.status)

@@ -176,13 +176,14 @@ def apply_callback(
     now: dt.datetime,
     upstream_repo: str,
     commit_lookup: Callable[[str], bool | None],
-    verify_commit: bool = True,
+    crcr_mode: bool = True,
 ) -> Applied:
     """Move the job named by ``body`` one step forward, or raise CallbackRejected.
 
-    The caller commits; on rejection nothing was written. ``verify_commit``: ask GitHub
-    whether a nightly/periodic SHA exists (crcr's check, on with a ``crcr:`` allowlist
-    section; CRCR takes the SHA as a correlation key without asking).
+    The caller commits; on rejection nothing was written. ``crcr_mode`` (a ``crcr:``
+    allowlist section): a nightly/periodic SHA must exist upstream (asked through GitHub)
+    and such runs may also report in_progress. Without it, as CRCR: the SHA is only a
+    correlation key, and a self-scheduled run reports ``completed`` only (400 otherwise).
     """
     status = body.workflow.status
     target_state = _STATUS_TO_STATE[status]
@@ -197,7 +198,9 @@ def apply_callback(
         sha = body.delivery_id.lower()
         if not SHA_RE.match(sha):
             raise CallbackRejected(400, f"a {body.event_type} callback's delivery_id must be an upstream commit SHA")
-        if verify_commit and not commit_exists_cached(session, upstream_repo, sha, commit_lookup, now):
+        if not crcr_mode and status != "completed":
+            raise CallbackRejected(400, f"nightly/periodic callbacks must have status 'completed', got {status!r}")
+        if crcr_mode and not commit_exists_cached(session, upstream_repo, sha, commit_lookup, now):
             raise CallbackRejected(409, f"commit {sha} does not exist in {upstream_repo}")
         self_scheduled = True
 
