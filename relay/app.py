@@ -30,12 +30,13 @@ log = logging.getLogger("crcr.relay")
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
                start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
     """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+    # read ci_providers.yml first: a file crcr cannot use stops the start (naming the key)
+    # before anything is created, instead of answering 500 to every callback later
+    verifier = OidcVerifier.from_settings(settings) if getattr(runtime, "oidc", None) is None else None
     runtime = runtime or Runtime.from_settings(settings)
+    if verifier is not None:
+        runtime.oidc = verifier
     secret, secret_path = webhook_secret(settings)
-    if getattr(runtime, "oidc", None) is None:
-        # read ci_providers.yml now: a file crcr cannot use stops the start (naming the key)
-        # instead of answering 500 to every callback later
-        runtime.oidc = OidcVerifier.from_settings(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -354,3 +354,22 @@ def test_buildkite_required_claims_hold_as_upstream(tmp_path):
             with pytest.raises(AuthError) as err:
                 v.verify(token(pipeline, branch))
             assert err.value.status == 403
+
+
+def test_crcr_serve_refuses_an_unusable_providers_file_before_creating_anything(tmp_path):
+    """The CLI face of the startup check: error[...] naming the key, exit 2, no data dir written."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    bad = tmp_path / "ci.yml"
+    bad.write_text("providers:\n  circleci:\n    repo_map: {a/b: org/c}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRCR_")}
+    env.update(CRCR_DATA_DIR=str(tmp_path / "data"), CRCR_CI_PROVIDERS=str(bad))
+    proc = subprocess.run([sys.executable, "-m", "crcr.cli.main", "serve", "--port", "0"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "providers.circleci" in proc.stderr and "error[" in proc.stderr
+    assert not (tmp_path / "data").exists()
