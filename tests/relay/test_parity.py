@@ -373,3 +373,27 @@ def test_crcr_serve_refuses_an_unusable_providers_file_before_creating_anything(
     assert proc.returncode == 2, proc.stderr
     assert "providers.circleci" in proc.stderr and "error[" in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_l3_label_added_before_the_first_callback_makes_that_callback_create_the_check(cb):
+    """webhook/event_handler.py (_handle_pr_labeled: no job yet -> mark the check wanted) +
+    callback_handler.py (needs_check_run or the wanted flag): the later callback creates it.
+    Without the label an L3 job gets no check (needs_check_run is False)."""
+    from crcr.store.deliveries import Delivery
+    from tests.relay.callbacks_harness import HEAD_SHA
+
+    cb.dispatch("del-l3", "org/l3repo", pr=42)
+    cp = shapes.pr_client_payload("del-l3", head_sha=HEAD_SHA)
+    assert _post(cb, shapes.action_body(status="in_progress", client_payload=cp, job_name="a"),
+                 repo="org/l3repo").status_code == 200
+    assert [c for c in cb.gh.calls("POST", r"/check-runs$")] == []  # unlabelled L3: no check
+    cb.clock.advance(5)
+    with cb.runtime.sessions.begin() as s:  # the label arrives (intake stores it; it dispatches nothing)
+        s.add(Delivery(id="lab-1", event="pull_request", action="labeled", repo=UPSTREAM, pr_number=42,
+                       head_sha=HEAD_SHA, labels=["ciflow/crcr/npu"], label="ciflow/crcr/npu", payload="{}",
+                       received_at=cb.clock(), status="ignored"))
+    assert _post(cb, shapes.action_body(status="in_progress", client_payload=cp, job_name="b"),
+                 repo="org/l3repo").status_code == 200
+    wait_for(lambda: [c for c in cb.gh.calls("POST", r"/check-runs$") if c.status == 201], what="the check")
+    (post,) = [c for c in cb.gh.calls("POST", r"/check-runs$") if c.status == 201]
+    assert post.body["name"] == "crcr/org/l3repo/CI/b" and post.body["external_id"] == "12345:42"
