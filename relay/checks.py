@@ -592,6 +592,8 @@ def on_check_run(session: Session, delivery: Delivery, runtime: _Runtime) -> Dis
     """
     if delivery is None or delivery.action not in ("rerequested", "requested_action"):
         return None
+    if (delivery.repo or "").lower() != runtime.settings.upstream_repo.lower():
+        return None  # as CRCR: only the upstream repository's checks (the App may see others')
     if getattr(runtime.allowlist.get(), "rerun", "upstream") == "upstream":
         try:
             payload = json.loads(delivery.payload or "{}")

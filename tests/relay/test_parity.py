@@ -397,3 +397,15 @@ def test_l3_label_added_before_the_first_callback_makes_that_callback_create_the
     wait_for(lambda: [c for c in cb.gh.calls("POST", r"/check-runs$") if c.status == 201], what="the check")
     (post,) = [c for c in cb.gh.calls("POST", r"/check-runs$") if c.status == 201]
     assert post.body["name"] == "crcr/org/l3repo/CI/b" and post.body["external_id"] == "12345:42"
+
+
+def test_rerun_requests_from_another_repository_are_ignored(relay):
+    """webhook/lambda_function.py (repo != UPSTREAM_REPO -> ignored before any handling)."""
+    with FakeGitHub() as gh:
+        client, runtime = relay(gh=gh)
+        run = _plant_check(gh, "crcr/org/l3/CI/build", "888:42")
+        payload = {"action": "rerequested", "check_run": run, "repository": {"full_name": "org/l3"},
+                   "sender": {"login": "someone"}}
+        assert post_webhook(client, "check_run", payload, delivery="other").status_code == 200
+        assert checks.wait_for_background()
+        assert gh.calls("POST", r"/actions/runs/") == []
