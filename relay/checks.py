@@ -503,7 +503,8 @@ def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | No
         log.info("[e: %s] re-run of %s refused: %s", root, job.repo, why)
         return None
     taken = session.scalar(select(func.count(Delivery.id)).where(Delivery.id.like(f"{root}/rerun/%"))) or 0
-    now = utcnow()
+    clock = getattr(runtime, "clock", None)
+    now = clock() if callable(clock) else utcnow()  # the relay's clock, as intake stamps rows
     for n in range(taken + 1, taken + 1 + RERUN_ID_TRIES):
         new_id = f"{root}/rerun/{n}"
         drow = delivery_row(new_id, original.event, info, payload=original.payload,
