@@ -1,0 +1,124 @@
+"""A ``History`` from the relay's database: trunk pushes, jobs, results uploads, rerun requests.
+
+- Trunk order comes from the stored ``push`` webhooks of the upstream repository on the
+  trunk ref, in the order they were received; each push lists its commits oldest first
+  (a ghstack stack lands as one push with several commits, only the last dispatched).
+  PR numbers come from the landed commit messages (``(#123)`` or a ``/pull/123`` link).
+- Runs are the backend's jobs of push and self-scheduled (nightly/periodic) deliveries;
+  their per-test outcomes come from the results uploads (the callback's
+  ``failed_tests`` when no upload came), and the tested torch SHA from the upload.
+- Deliveries named ``<id>/rerun/<n>`` are reruns; ``triage_rerun_requests`` rows not yet
+  answered by a completed job are outstanding.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import json
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from crcr.store.deliveries import Delivery
+from crcr.store.jobs import COMPLETED, Job, ResultsUpload
+from crcr.store.triage import DISPATCHED, REQUESTED, RerunRequest
+from triage.history import Commit, History, RerunRecord, Run, pr_of_message
+
+TRUNK_EVENTS = ("push", "nightly", "periodic")
+
+
+def _minutes(value: dt.datetime | None) -> float | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.timestamp() / 60.0
+
+
+def _push_commits(delivery: Delivery) -> list[dict[str, Any]]:
+    try:
+        payload = json.loads(delivery.payload or "{}")
+    except ValueError:
+        return []
+    commits = payload.get("commits") if isinstance(payload, dict) else None
+    return [c for c in commits if isinstance(c, dict) and isinstance(c.get("id"), str)] if isinstance(commits, list) else []
+
+
+def is_rerun_delivery(delivery_id: str) -> bool:
+    return "/rerun/" in delivery_id
+
+
+def from_store(sessions: sessionmaker, backend: str, *, upstream_repo: str, since: dt.datetime | None = None,
+               trunk_ref: str = "refs/heads/main") -> History:
+    with sessions() as s:
+        return _load(s, backend, upstream_repo, since, trunk_ref)
+
+
+def _load(s: Session, backend: str, upstream_repo: str, since: dt.datetime | None, trunk_ref: str) -> History:
+    q = select(Delivery).where(Delivery.event == "push", Delivery.ref == trunk_ref,
+                               or_(Delivery.repo.is_(None), Delivery.repo == upstream_repo))
+    if since is not None:
+        q = q.where(Delivery.received_at >= since)
+    order: dict[str, Commit] = {}
+    for d in s.scalars(q.order_by(Delivery.received_at, Delivery.id)):
+        if is_rerun_delivery(d.id):
+            continue
+        listed = _push_commits(d) or ([{"id": d.head_sha, "message": ""}] if d.head_sha else [])
+        for c in listed:
+            sha = c["id"][:64]
+            if sha in order:
+                continue
+            message = c.get("message") if isinstance(c.get("message"), str) else ""
+            order[sha] = Commit(sha=sha, position=len(order), pr=pr_of_message(message),
+                                title=message.splitlines()[0][:300] if message else "", push=d.id)
+    jq = select(Job).where(Job.repo == backend, Job.event_type.in_(TRUNK_EVENTS), Job.head_sha.is_not(None))
+    if since is not None:
+        jq = jq.where(or_(Job.dispatched_at.is_(None), Job.dispatched_at >= since))
+    jobs = list(s.scalars(jq.order_by(Job.id)))
+    runs: list[Run] = []
+    unplaced = []
+    for job in jobs:
+        sha = (job.head_sha or "")[:64]
+        if sha not in order:
+            unplaced.append(sha)
+        uploads = list(s.scalars(select(ResultsUpload).where(ResultsUpload.job_id == job.id)))
+        tests: dict[str, str] = {}
+        messages: dict[str, str] = {}
+        tested = None
+        for up in uploads:
+            try:
+                body = json.loads(gzip.decompress(up.body_gz))
+            except (OSError, ValueError):
+                continue
+            tested = tested or up.upstream_sha
+            if up.upstream_sha and up.upstream_sha != sha:
+                tested = up.upstream_sha
+            for t in body.get("tests", []):
+                if isinstance(t, dict) and isinstance(t.get("id"), str) and isinstance(t.get("outcome"), str):
+                    tests[t["id"]] = t["outcome"]
+                    if t.get("message"):
+                        messages[t["id"]] = str(t["message"])[:2000]
+        if not uploads and job.failed_tests:
+            tests = {t: "failed" for t in job.failed_tests}
+        completed = job.state == COMPLETED
+        log = "\n".join(list(messages.values())[:5])
+        runs.append(Run(
+            sha=sha, job=job.job_name, attempt=int(job.run_attempt) if job.run_attempt.isdigit() else 1,
+            conclusion=(job.conclusion or "unknown") if completed else None, tested_sha=tested,
+            tests=tests, messages=messages, log=log,
+            started=_minutes(job.in_progress_at or job.dispatched_at), completed=_minutes(job.completed_at),
+            rerun=is_rerun_delivery(job.delivery_id), url=job.url,
+            has_results=bool(uploads) or bool(job.failed_tests) or job.conclusion == "success",
+        ))
+    for sha in unplaced:  # self-scheduled runs on commits no stored push listed: append in run order
+        if sha not in order:
+            order[sha] = Commit(sha=sha, position=len(order))
+    done_deliveries = {j.delivery_id for j in jobs if j.state == COMPLETED}
+    requests = [RerunRecord(sha=r.sha, outstanding=r.state == REQUESTED
+                            or (r.state == DISPATCHED and r.delivery_id not in done_deliveries))
+                for r in s.scalars(select(RerunRequest).where(RerunRequest.backend == backend).order_by(RerunRequest.id))]
+    history = History(backend=backend, commits=list(order.values()), runs=runs, requests=requests,
+                      upstream_repo=upstream_repo)
+    return history
