@@ -141,8 +141,13 @@ def classify_signal(signal: Signal, history: History, signals: Signals) -> Findi
                        n_pass=n_pass, reproduced=reproduced, sandwiched=_sandwiched(signal, first_bad))
     if last[2] == "X":
         return Finding(signal, "flaky", first_bad=series[last[0]][0], why="passed and failed on one commit")
-    # passing now: the most recent bad block decides
-    bad = next(b for b in reversed(blocks) if b[2] != "P")
+    # passing now: the most recent bad block decides; two separate episodes are a pattern of
+    # intermittent failure, not a break that was fixed
+    bad_blocks = [b for b in blocks if b[2] != "P"]
+    if len(bad_blocks) >= 2:
+        return Finding(signal, "flaky", first_bad=series[bad_blocks[-1][0]][0],
+                       why=f"{len(bad_blocks)} separate failing episodes, passing in between")
+    bad = bad_blocks[-1]
     if bad[2] == "X" or any(s == "X" for _, s in series[bad[0]:]):
         return Finding(signal, "flaky", first_bad=series[bad[0]][0], why="passed and failed on one commit")
     start, end = series[bad[0]][0], series[bad[1]][0]
@@ -155,6 +160,31 @@ def classify_signal(signal: Signal, history: History, signals: Signals) -> Findi
                    gap=list(range(last_good + 1, start)) if last_good is not None else [],
                    why=f"failing from {history.commits[start].sha[:12]}, passing again since "
                        f"{history.commits[fixed_by].sha[:12]}")
+
+
+def _infra_streak(signals: Signals) -> int:
+    """The longest run of consecutive (in start time) infra failures of one job: an outage, not a blip."""
+    best = 0
+    for s in signals.jobs.values():
+        obs = sorted((o for v in s.points.values() for o in v if o.status in ("pass", "fail", "infra")),
+                     key=lambda o: (o.run.started or 0.0))
+        run = 0
+        for o in obs:
+            run = run + 1 if o.status == "infra" else 0
+            best = max(best, run)
+    return best
+
+
+def _infra_call(history: History, infra: list[Obs], notable: list[Finding], base: dict, streak: int) -> Analysis:
+    kinds = sorted({o.reason for o in infra})
+    shas = sorted({o.run.sha for o in infra}, key=lambda s: history.position(s) or 0)
+    return Analysis(kind="infra", category="infra", confidence="high" if streak >= 2 else "low",
+                    action="infra_ticket",
+                    summary=f"{len(infra)} job run(s) failed for infrastructure reasons ({', '.join(kinds)}) at "
+                            f"{len(shas)} commit(s), {shas[0][:12]}..{shas[-1][:12]}"
+                            + (f", {streak} in a row" if streak >= 2 else "")
+                            + "; no test failure points at an upstream commit.",
+                    findings=[], others=notable, **base)
 
 
 def _infra_obs(signals: Signals) -> list[Obs]:
@@ -206,6 +236,12 @@ def classify(history: History, rules: Rules, *, revert_window: int = 100) -> Ana
                                     "a rerun of the first failing commit is needed before blaming it.",
                             suspect=first_bad, last_good=last_good, first_bad=first_bad, findings=group,
                             others=others, **base)
+        if n_fail < 2:
+            return Analysis(kind="new_break", category="upstream", confidence="low", action="wait",
+                            summary=f"{names} fail at {first_bad.sha[:12]} ({how}), but no newer commit has run yet: "
+                                    "one failing commit is not a persistent break; waiting for the next trunk run.",
+                            suspect=first_bad, last_good=last_good, first_bad=first_bad, findings=group,
+                            others=others, reproduced=reproduced, sandwiched=sandwiched, **base)
         confidence = "high" if n_fail >= MIN_FAILURES_HIGH and n_pass >= MIN_SUCCESSES_HIGH else "medium"
         newer = len(commits) - 1 - root.first_bad
         action = "revert" if first_bad.pr is not None and newer <= revert_window else "forward_fix"
@@ -226,20 +262,9 @@ def classify(history: History, rules: Rules, *, revert_window: int = 100) -> Ana
                                 f"(first at {first.sha[:12]}) and never passed: a backend gap; skip them in the "
                                 "backend's plan until supported.",
                         findings=born, others=[f for f in notable if f not in born], **base)
-    if infra:
-        kinds = sorted({o.reason for o in infra})
-        shas = sorted({o.run.sha for o in infra}, key=lambda s: history.position(s) or 0)
-        return Analysis(kind="infra", category="infra", confidence="high" if len(infra) >= 2 else "medium",
-                        action="infra_ticket",
-                        summary=f"{len(infra)} job run(s) failed for infrastructure reasons ({', '.join(kinds)}) at "
-                                f"{len(shas)} commit(s), {shas[0][:12]}..{shas[-1][:12]}; no test failure "
-                                "points at an upstream commit.",
-                        findings=[], others=notable, **base)
-    flaky = [f for f in notable if f.kind == "flaky"]
-    if flaky:
-        return Analysis(kind="flaky", category="flake", confidence="medium", action="ignore_flake",
-                        summary=f"{len(flaky)} test(s) failed intermittently ({flaky[0].why}); no commit is to blame.",
-                        findings=flaky, others=[f for f in notable if f not in flaky], **base)
+    streak = _infra_streak(signals)
+    if infra and streak >= 2:
+        return _infra_call(history, infra, notable, base, streak)
     recovered = [f for f in notable if f.kind == "recovered"]
     if recovered:
         root = min(recovered, key=lambda f: f.first_bad)
@@ -249,6 +274,13 @@ def classify(history: History, rules: Rules, *, revert_window: int = 100) -> Ana
                                 "nothing to do now.",
                         suspect=suspect, first_bad=commits[root.first_bad], findings=recovered,
                         others=[f for f in notable if f not in recovered], **base)
+    flaky = [f for f in notable if f.kind == "flaky"]
+    if flaky:
+        return Analysis(kind="flaky", category="flake", confidence="medium", action="ignore_flake",
+                        summary=f"{len(flaky)} test(s) failed intermittently ({flaky[0].why}); no commit is to blame.",
+                        findings=flaky, others=[f for f in notable if f not in flaky], **base)
+    if infra:
+        return _infra_call(history, infra, notable, base, streak)
     nob = [f for f in notable if f.kind == "no_baseline"]
     if nob:
         return Analysis(kind="no_baseline", category="unknown", confidence="low", action="none",

@@ -31,9 +31,15 @@ def worker(
     if migrate:
         upgrade(runtime.engine)
     register_tasks(runtime)
+    from relay import rerun_requests
+
+    rerun_requests.register(runtime)  # triage's rerun requests -> push dispatches
     sweep = Sweeper(runtime) if sweeper else None
+    reruns = rerun_requests.RerunPoller(runtime) if sweeper else None
     if sweep:
         sweep.start()
+    if reruns:
+        reruns.start()
     huey = runtime.huey
     consumer = huey.create_consumer(workers=workers, periodic=False, max_delay=0.5, initial_delay=0.05,
                                     backoff=1.5, worker_type="thread")
@@ -41,6 +47,8 @@ def worker(
     try:
         consumer.run()
     finally:
+        if reruns:
+            reruns.stop()
         if sweep:
             sweep.stop()
         runtime.close()
