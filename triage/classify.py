@@ -47,6 +47,7 @@ class Finding:
     n_pass: int = 0  # passing commits before it
     reproduced: bool = False
     sandwiched: bool = False
+    flaky_before: bool = False  # failed intermittently earlier: needs a reproduction and >= 3 failing commits
     why: str = ""
 
     @property
@@ -137,8 +138,12 @@ def classify_signal(signal: Signal, history: History, signals: Signals) -> Findi
         n_pass = sum(1 for _, s in series[: last[0]] if s == "P")
         gap = list(range(prev_pos + 1, first_bad))
         reproduced = len(signal.observations(first_bad, "fail")) >= 2
+        # a test that already failed intermittently (a one-commit failure or a pass-and-fail
+        # commit earlier in the window) needs more than a short streak to be called broken
+        flaky_before = any(b[2] == "X" or (b[2] == "F" and b[0] == b[1]) for b in blocks[:-1])
         return Finding(signal, "new_break", last_good=prev_pos, first_bad=first_bad, gap=gap, n_fail=n_fail,
-                       n_pass=n_pass, reproduced=reproduced, sandwiched=_sandwiched(signal, first_bad))
+                       n_pass=n_pass, reproduced=reproduced, sandwiched=_sandwiched(signal, first_bad),
+                       flaky_before=flaky_before)
     if last[2] == "X":
         return Finding(signal, "flaky", first_bad=series[last[0]][0], why="passed and failed on one commit")
     # passing now: the most recent bad block decides; two separate episodes are a pattern of
@@ -225,7 +230,10 @@ def classify(history: History, rules: Rules, *, revert_window: int = 100) -> Ana
                                     f"the range {gap[0].sha[:12]}..{first_bad.sha[:12]}.",
                             last_good=last_good, first_bad=first_bad, gap=gap, findings=group, others=others,
                             reproduced=reproduced, sandwiched=sandwiched, **base)
-        confirmed = reproduced or sandwiched
+        flaky_before = all(f.flaky_before for f in group)
+        # a test with an intermittent past is only broken when reproduced (a sandwich proves
+        # healthy runners, not a deterministic failure)
+        confirmed = reproduced if flaky_before else (reproduced or sandwiched)
         how = ("reproduced on a second run" if reproduced else "") + \
               (" and " if reproduced and sandwiched else "") + \
               ("sandwiched in time between passing runs (the runners were healthy)" if sandwiched else "")
@@ -236,10 +244,11 @@ def classify(history: History, rules: Rules, *, revert_window: int = 100) -> Ana
                                     "a rerun of the first failing commit is needed before blaming it.",
                             suspect=first_bad, last_good=last_good, first_bad=first_bad, findings=group,
                             others=others, **base)
-        if n_fail < 2:
+        if n_fail < (MIN_FAILURES_HIGH if flaky_before else 2):
             return Analysis(kind="new_break", category="upstream", confidence="low", action="wait",
-                            summary=f"{names} fail at {first_bad.sha[:12]} ({how}), but no newer commit has run yet: "
-                                    "one failing commit is not a persistent break; waiting for the next trunk run.",
+                            summary=f"{names} fail at {first_bad.sha[:12]} ({how}), but only {n_fail} commit(s) have failed so far"
+                                    + (" and the test failed intermittently before" if flaky_before else "")
+                                    + ": not yet a persistent break; waiting for the next trunk runs.",
                             suspect=first_bad, last_good=last_good, first_bad=first_bad, findings=group,
                             others=others, reproduced=reproduced, sandwiched=sandwiched, **base)
         confidence = "high" if n_fail >= MIN_FAILURES_HIGH and n_pass >= MIN_SUCCESSES_HIGH else "medium"

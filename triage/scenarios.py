@@ -11,7 +11,8 @@ random, rare runner losses, results arriving out of order), and one of:
 - ``flaky``: a test fails at random, nothing breaks;
 - ``infra``: the runner pool dies for a time window (every backend alike);
 - ``born_red``: a test added at commit k fails from its first run;
-- ``gap``: a break at k inside a multi-commit push: bisection must find k;
+- ``gap``: a break at k inside 2-16 untested commits (a stack landed in one push, or a
+  nightly-only backend): bisection must find k;
 - ``recovered``: a break at k fixed forward at a later commit;
 - ``missing_baseline``: a break at k whose previous commit's run tested another torch.
 
@@ -136,9 +137,11 @@ def generate(seed: int, kind: str | None = None) -> Scenario:
     if kind in ("break", "recovered", "missing_baseline"):
         heads_set |= {k, k - 1, k - 2}  # the interesting commits were dispatched on their own
     if kind == "gap":
-        heads_set.discard(k)
-        heads_set.discard(k - 1)
-        heads_set |= {k - 3, k + 1}  # last good before a stack, the stack's head after k
+        # a stack landed in one push, or a backend that only runs nightly: 2-16 untested commits
+        width = min(rng.randint(2, 16), k - 1)
+        for p in range(k - width + 1, k + 1):
+            heads_set.discard(p)
+        heads_set |= {k - width, k + 1}  # the last commit before the untested range, the first after k
     dispatched = sorted(p for p in heads_set if 0 <= p < n)
     if kind in ("break", "gap", "recovered", "missing_baseline"):
         sc.break_at = k
@@ -177,7 +180,7 @@ def generate(seed: int, kind: str | None = None) -> Scenario:
     if kind == "missing_baseline":
         sc.truth.gap_size = 1
     elif kind == "gap":
-        sc.truth.gap_size = 2
+        sc.truth.gap_size = width
     sc.clock = len(dispatched) * 10.0 + 100
     return sc
 
