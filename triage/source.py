@@ -122,3 +122,19 @@ def _load(s: Session, backend: str, upstream_repo: str, since: dt.datetime | Non
     history = History(backend=backend, commits=list(order.values()), runs=runs, requests=requests,
                       upstream_repo=upstream_repo)
     return history
+
+
+def attach_verdict(sessions: sessionmaker, history: History, analysis: object, verdict: dict[str, Any]) -> int:
+    """Store ``verdict`` on the backend's failing trunk jobs it explains (the ones at and
+    after the first bad commit), so check-run summaries and the dashboard show it; returns
+    how many jobs carry it now. The verdict was validated by ``triage.report.verdict``."""
+    first_bad = getattr(analysis, "first_bad", None)
+    if first_bad is None:
+        return 0
+    shas = [c.sha for c in history.commits[first_bad.position:]]
+    from sqlalchemy import update
+
+    with sessions.begin() as s:
+        result = s.execute(update(Job).where(Job.repo == history.backend, Job.head_sha.in_(shas),
+                                             Job.conclusion == "failure").values(triage_verdict=verdict))
+        return int(result.rowcount or 0)

@@ -201,6 +201,12 @@ def report(
     typer.echo(f"{analysis.backend}: {analysis.kind.replace('_', ' ')} -> {analysis.action} "
                f"({analysis.category}, confidence {analysis.confidence})")
     typer.echo(f"wrote {md_path} and {json_path}")
+    if sessions is not None:  # check-run summaries and the dashboard read it from the jobs
+        from triage.source import attach_verdict
+
+        attached = attach_verdict(sessions, h, analysis, v)
+        if attached:
+            typer.echo(f"verdict stored on {attached} failing trunk job(s)")
     from triage.posting import PostingConfig, publish
 
     config = PostingConfig.from_env(dry_run=not post, issue_repo=issue_repo or backend, comment_upstream=comment_upstream,

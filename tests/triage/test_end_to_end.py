@@ -164,6 +164,12 @@ def test_trunk_failures_to_bisection_reruns_to_one_posted_report(env, capsys, tm
     verdict = json.loads((out_dir / "triage-verdict.json").read_text())
     assert verdict["suspected_upstream"]["pr"] == 105 and verdict["reproduced_on_retry"] is True
     assert "Revert the upstream PR" in (out_dir / "triage-report.md").read_text()
+    assert "verdict stored on" in out
+    with h.runtime.sessions() as s:  # the check-run summaries and the dashboard read it there
+        from crcr.store.jobs import Job
+
+        stored = [j.triage_verdict for j in s.scalars(select(Job).where(Job.head_sha == SHAS[7]))]
+        assert stored and stored[0]["suspected_upstream"]["commit"] == SHAS[BREAK]
     code, out = cli(args, capsys)
     assert code == 0 and "already posted" in out
     assert len(gh.state.comments) == 1
