@@ -213,3 +213,41 @@ def report(
                                     upstream_repo=h.upstream_repo)
     for line in publish(analysis, text, config, sessions=sessions):
         typer.echo(line)
+
+
+def trunk_analyzer(sessions: Any, upstream_repo: str, *, window_days: int = 7, min_interval_s: float = 30.0) -> Any:
+    """What the relay runs after a failed trunk job (``Runtime.trunk_analyzer``): analyse the
+    backend's last ``window_days`` and write the rerun requests a bisection needs. At most
+    one analysis per backend per ``min_interval_s`` (a burst of shard callbacks is one look);
+    posting stays a person's step (``crcr triage report --post``)."""
+    import threading
+    import time
+
+    from crcr.store.triage import add_rerun_requests
+    from triage.bisect import analyze as run_analysis
+    from triage.rules import load_rules
+    from triage.source import from_store
+
+    rules = load_rules()
+    last: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def run(backend: str) -> list[str]:
+        with lock:
+            now = time.monotonic()
+            if now - last.get(backend, -1e9) < min_interval_s:
+                return []
+            last[backend] = now
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(days=window_days)
+        history = from_store(sessions, backend, upstream_repo=upstream_repo, since=since)
+        if not history.runs:
+            return []
+        analysis = run_analysis(history, rules)
+        if not analysis.reruns:
+            return []
+        with sessions.begin() as s:
+            rows = add_rerun_requests(s, backend, [r.sha for r in analysis.reruns], analysis.reruns[0].reason,
+                                      now=dt.datetime.now(dt.UTC))
+            return [r.sha for r in rows]
+
+    return run

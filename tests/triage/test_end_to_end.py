@@ -184,3 +184,24 @@ def test_no_trunk_runs_is_not_green(env, capsys):
         code = exc.code
     err = capsys.readouterr().err
     assert code == 1 and "error[triage-no-data]" in err and "hint:" in err
+
+
+def test_a_failed_trunk_callback_makes_the_relay_request_the_bisection_run(env):
+    """No CLI: the relay runs the analyzer crcr.cli installs after the failing completed callback."""
+    from crcr.cli.triage import trunk_analyzer
+
+    h, gh = env
+    h.runtime.trunk_analyzer = trunk_analyzer(h.runtime.sessions, UPSTREAM, min_interval_s=0)
+    trunk = Trunk(h)
+    for n, commits in enumerate(PUSHES[:4]):  # green c0..c2, then the stack's head c5 fails
+        trunk.job(trunk.land(n, commits), commits[-1])
+    with h.runtime.sessions() as s:
+        requested = [r.sha for r in s.scalars(select(RerunRequest))]
+    assert requested == [SHAS[4]]  # the middle of the untested stack, asked for once
+    # green trunk jobs never trigger an analysis
+    calls: list[str] = []
+    h.runtime.trunk_analyzer = calls.append
+    trunk.job(trunk.land(9, [0]), 0)
+    assert calls == []
+    trunk.job(trunk.land(10, [6]), 6)  # a failing one does
+    assert calls == [BACKEND]
