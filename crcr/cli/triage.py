@@ -28,7 +28,7 @@ SinceOpt = Annotated[str | None, typer.Option(help="only runs and pushes since t
 ResultsOpt = Annotated[list[Path] | None, typer.Option("--results", help="offline: results JSON files (crcr run --results); repeat")]
 CommitsOpt = Annotated[Path | None, typer.Option(help="offline: trunk SHAs oldest first, one per line (git rev-list --reverse)")]
 HistoryOpt = Annotated[Path | None, typer.Option(help="offline: a history file (YAML/JSON, tests/triage/histories format)")]
-InfraOpt = Annotated[Path | None, typer.Option("--infra-patterns", help="YAML {kind: [regex, ...]} replacing the default infra patterns")]
+InfraOpt = Annotated[Path | None, typer.Option("--infra-patterns", help="YAML mapping of kind -> list of regular expressions, replacing the default infra patterns")]
 PerCommitOpt = Annotated[int, typer.Option("--max-reruns-per-commit", min=1, max=10, help="reruns of one commit at most")]
 
 

@@ -110,3 +110,19 @@ def test_claude_advisor_without_a_key_is_a_config_error(tmp_path, capsys):
     code, _, err = run(["triage", "report", "--backend", "acme/torch-npu", "--history",
                         str(HISTORIES / "race_two_prs.yaml"), "--out", str(tmp_path), "--advisor", "claude"], capsys)
     assert code == 2 and "needs an Anthropic API key" in err
+
+
+def test_infra_patterns_file_replaces_the_defaults(tmp_path, capsys):
+    history = HISTORIES / "runner_pool_outage.yaml"
+    patterns = tmp_path / "infra.yaml"
+    patterns.write_text("lost_runner: ['lost communication with the server']\n")
+    code, out, _ = run(["triage", "analyze", "--backend", "acme/torch-npu", "--history", str(history),
+                        "--infra-patterns", str(patterns), "--json", "-"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    # jobs that ran no test are infra whatever the patterns; the kind names come from the file
+    assert data["kind"] == "infra" and "lost_runner" in data["summary"] and "no test results" in data["summary"]
+    patterns.write_text("oom: ['([unclosed']\n")
+    code, _, err = run(["triage", "analyze", "--backend", "acme/torch-npu", "--history", str(history),
+                        "--infra-patterns", str(patterns)], capsys)
+    assert code == 2 and "is not a regular expression" in err
