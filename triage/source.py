@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from crcr.store.deliveries import Delivery
+from crcr.store.deliveries import Delivery, Dispatch
 from crcr.store.jobs import COMPLETED, Job, ResultsUpload
 from crcr.store.triage import DISPATCHED, REQUESTED, RerunRequest
 from triage.history import Commit, History, RerunRecord, Run, pr_of_message
@@ -112,6 +112,16 @@ def _load(s: Session, backend: str, upstream_repo: str, since: dt.datetime | Non
             rerun=is_rerun_delivery(job.delivery_id), url=job.url,
             has_results=bool(uploads) or bool(job.failed_tests) or job.conclusion == "success",
         ))
+    # dispatched to the backend but no job has called back yet: in flight, not untested
+    reported = {j.delivery_id for j in jobs}
+    dq = select(Dispatch.delivery_id, Delivery.head_sha).join(Delivery, Dispatch.delivery_id == Delivery.id).where(
+        Dispatch.target == backend, Delivery.event == "push", Dispatch.state.in_(("pending", "retrying", "sent")))
+    if since is not None:
+        dq = dq.where(Dispatch.created_at >= since)
+    for delivery_id, head in s.execute(dq):
+        if delivery_id not in reported and head and head[:64] in order:
+            runs.append(Run(sha=head[:64], job="(dispatched, not started)", conclusion=None,
+                            rerun=is_rerun_delivery(delivery_id), has_results=False))
     for sha in unplaced:  # self-scheduled runs on commits no stored push listed: append in run order
         if sha not in order:
             order[sha] = Commit(sha=sha, position=len(order))

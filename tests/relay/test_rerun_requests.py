@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
 from sqlalchemy import select
 
 from crcr.store.deliveries import Delivery, Dispatch
@@ -13,6 +14,12 @@ from relay import rerun_requests
 from tests.relay.callbacks_harness import UPSTREAM, harness
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db(request):
+    """None: SQLite in tmp_path; else a fresh PostgreSQL database."""
+    return None if request.param == "sqlite" else request.getfixturevalue("postgres_url")
 
 
 def plant_push(h, delivery_id: str, shas: list[str]) -> None:
@@ -28,8 +35,8 @@ def request(h, backend: str, shas: list[str], **kw) -> list[RerunRequest]:
         return add_rerun_requests(s, backend, shas, "bisect", now=h.clock(), **kw)
 
 
-def test_a_request_inside_a_stack_dispatches_the_push_narrowed_to_that_commit(tmp_path):
-    with harness(tmp_path) as h:
+def test_a_request_inside_a_stack_dispatches_the_push_narrowed_to_that_commit(tmp_path, db):
+    with harness(tmp_path, database_url=db) as h:
         plant_push(h, "push-1", [A, B, C])
         request(h, "org/l2repo", [B])
         ids = rerun_requests.dispatch_due(h.runtime)
@@ -52,8 +59,8 @@ def test_a_request_inside_a_stack_dispatches_the_push_narrowed_to_that_commit(tm
             assert s.get(Delivery, "push-1/rerun/2") is not None
 
 
-def test_unknown_commit_gets_a_minimal_push_and_bad_targets_fail(tmp_path):
-    with harness(tmp_path) as h:
+def test_unknown_commit_gets_a_minimal_push_and_bad_targets_fail(tmp_path, db):
+    with harness(tmp_path, database_url=db) as h:
         request(h, "org/l2repo", [C])
         request(h, "org/not-allowlisted", [C])
         ids = rerun_requests.dispatch_due(h.runtime)
@@ -65,8 +72,8 @@ def test_unknown_commit_gets_a_minimal_push_and_bad_targets_fail(tmp_path):
         assert failed.state == "failed" and failed.error == "not an allowlisted target"
 
 
-def test_requests_are_paced(tmp_path):
-    with harness(tmp_path) as h:
+def test_requests_are_paced(tmp_path, db):
+    with harness(tmp_path, database_url=db) as h:
         rows = request(h, "org/l2repo", [A, B, C], max_open=2)
         assert len(rows) == 2  # at most two open requests per backend
         assert rows[1].not_before - rows[0].not_before == dt.timedelta(minutes=2)

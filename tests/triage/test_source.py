@@ -53,6 +53,10 @@ def test_store_history_orders_by_push_and_keeps_missing_baselines_and_pending_ou
     assert len(stale) == 1 and not stale[0].baseline_ok
     pending = [r for r in history.runs if r.pending]
     assert [r.sha for r in pending] == [SHAS[3]]
+    # a push dispatched to the backend whose job has not called back yet is in flight too
+    trunk.land(4, [4])
+    history = from_store(h.runtime.sessions, BACKEND, upstream_repo=UPSTREAM)
+    assert sorted(r.sha for r in history.runs if r.pending) == [SHAS[3], SHAS[4]]
     analysis = analyze(history, load_rules())
     assert analysis.kind == "none"  # nothing failed; the stale green and the running job are not evidence
     assert [o.run.sha for o in analysis.missing_baselines] == [SHAS[2]]
