@@ -94,7 +94,7 @@ def facts(analysis: Analysis, history: History) -> dict[str, Any]:
         "backend": analysis.backend, "call": analysis.kind, "action": analysis.action,
         "reproduced": analysis.reproduced, "sandwiched": analysis.sandwiched,
         "suspect": {"sha": suspect.sha, "pr": suspect.pr, "title": scrub(suspect.title, 300),
-                    "diff_summary": scrub(getattr(suspect, "diff_summary", "") or "", 2000)} if suspect else None,
+                    "diff_summary": scrub(suspect.diff_summary, 2000)} if suspect else None,
         "pattern": pattern, "log_excerpts": [e for e in excerpts if e][:8],
     }
 

@@ -37,6 +37,7 @@ class Commit:
     push: str | None = None  # commits landed in one push (a ghstack stack) share this
     reverts: str | None = None
     renames: dict[str, str] = field(default_factory=dict)  # old test id -> new test id
+    diff_summary: str = ""  # files the commit touched (from the push), for the advisor
 
 
 @dataclass
@@ -134,6 +135,7 @@ def from_dict(data: dict[str, Any], where: str = "<history>") -> History:
             title=str(c.get("title") or ""), push=None if c.get("push") is None else str(c["push"]),
             reverts=None if c.get("reverts") is None else str(c["reverts"]),
             renames={str(k): str(v) for k, v in renames.items()},
+            diff_summary=str(c.get("diff") or "")[:2000],
         ))
     if len({c.sha for c in commits}) != len(commits):
         raise InputError(f"{where}: a commit SHA appears twice")

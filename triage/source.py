@@ -46,6 +46,16 @@ def _push_commits(delivery: Delivery) -> list[dict[str, Any]]:
     return [c for c in commits if isinstance(c, dict) and isinstance(c.get("id"), str)] if isinstance(commits, list) else []
 
 
+def diff_summary(commit: dict[str, Any], limit: int = 2000) -> str:
+    """The files a pushed commit added, modified and removed (GitHub lists them per commit)."""
+    parts = []
+    for key in ("added", "modified", "removed"):
+        files = [f for f in commit.get(key) or [] if isinstance(f, str)]
+        if files:
+            parts.append(f"{key}: " + ", ".join(files[:50]) + (f" (+{len(files) - 50} more)" if len(files) > 50 else ""))
+    return "; ".join(parts)[:limit]
+
+
 def is_rerun_delivery(delivery_id: str) -> bool:
     return "/rerun/" in delivery_id
 
@@ -72,7 +82,8 @@ def _load(s: Session, backend: str, upstream_repo: str, since: dt.datetime | Non
                 continue
             message = c.get("message") if isinstance(c.get("message"), str) else ""
             order[sha] = Commit(sha=sha, position=len(order), pr=pr_of_message(message),
-                                title=message.splitlines()[0][:300] if message else "", push=d.id)
+                                title=message.splitlines()[0][:300] if message else "", push=d.id,
+                                diff_summary=diff_summary(c))
     jq = select(Job).where(Job.repo == backend, Job.event_type.in_(TRUNK_EVENTS), Job.head_sha.is_not(None))
     if since is not None:
         jq = jq.where(or_(Job.dispatched_at.is_(None), Job.dispatched_at >= since))

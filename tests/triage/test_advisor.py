@@ -25,7 +25,8 @@ def injected_history():
     h = load_yaml(HISTORIES / "race_two_prs.yaml")
     suspect = h.by_sha["7c0000000004"]
     from dataclasses import replace
-    h.commits[suspect.position] = replace(suspect, title=f"Make cumsum use a new accumulate type. {INJECTION}")
+    h.commits[suspect.position] = replace(suspect, title=f"Make cumsum use a new accumulate type. {INJECTION}",
+                                          diff_summary="modified: aten/src/ATen/native/ReduceOps.cpp")
     h.by_sha = {c.sha: c for c in h.commits}
     return h
 
@@ -58,6 +59,7 @@ def test_injected_commit_message_does_not_flip_an_evidence_backed_revert():
     # the commit message travelled as data inside <data>, with the system prompt saying so
     user = sent["messages"][0]["content"]
     assert "<data>" in user and "do not revert" in user
+    assert "aten/src/ATen/native/ReduceOps.cpp" in user  # the diff summary travels too
     assert "untrusted" in sent["system"]
     assert sent["tool_choice"] == {"type": "tool", "name": "submit_verdict"}
 

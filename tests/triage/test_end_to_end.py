@@ -49,7 +49,8 @@ class Trunk:
         head = SHAS[commits[-1]]
         payload = {"ref": "refs/heads/main", "after": head, "before": SHAS[commits[0] - 1] if commits[0] else "0" * 40,
                    "repository": {"full_name": UPSTREAM},
-                   "commits": [{"id": SHAS[i], "message": f"Change {i} (#{PRS[i]})\n\nbody"} for i in commits],
+                   "commits": [{"id": SHAS[i], "message": f"Change {i} (#{PRS[i]})\n\nbody",
+                                "modified": [f"aten/src/file{i}.cpp"]} for i in commits],
                    "head_commit": {"id": head}}
         delivery_id = f"push-{push_no}"
         now = h.clock()

@@ -49,6 +49,7 @@ def test_store_history_orders_by_push_and_keeps_missing_baselines_and_pending_ou
     assert [c.sha for c in history.commits] == SHAS[:4]
     assert [c.pr for c in history.commits] == [101, 102, 103, 104]
     assert history.commits[0].title == "Change 0 (#101)"
+    assert history.commits[2].diff_summary == "modified: aten/src/file2.cpp"
     stale = [r for r in history.runs if r.tested_sha == SHAS[0] and r.sha == SHAS[2]]
     assert len(stale) == 1 and not stale[0].baseline_ok
     pending = [r for r in history.runs if r.pending]
