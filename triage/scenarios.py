@@ -211,3 +211,31 @@ def resolve(sc: Scenario, rules: object, *, max_rounds: int = 12) -> Outcome:
             reruns += 1
         analysis = analyze(sc.history, rules)  # type: ignore[arg-type]
     return Outcome(analysis, reruns, rounds, naive)
+
+
+def generate_shared_outage(seed: int, backends: int = 3) -> list[Scenario]:
+    """One upstream trunk, several backends, and one runner-pool outage window that hits
+    every backend (a shared provider or network going down): each backend's own history."""
+    rng = random.Random(seed)
+    first = generate(seed, "infra")
+    commits = first.history.commits
+    failed = sorted((r for r in first.history.runs if not r.has_results), key=lambda r: r.started or 0.0)
+    window = (failed[0].started or 0.0, (failed[-1].started or 0.0) + 1.0)
+    out = [first]
+    for b in range(1, backends):
+        sc = Scenario(seed=seed, kind="infra", history=History(backend=f"acme/backend-{b}", commits=commits, runs=[]),
+                      truth=Truth("infra", *EXPECTED["infra"], suspect=None),
+                      tests=[f"test_b{b}.py::test_{i}" for i in range(rng.randint(3, 12))], rng=rng)
+        runs = []
+        for r in sorted(first.history.runs, key=lambda r: r.started or 0.0):
+            pos = sc.history.position(r.sha)
+            start = (r.started or 0.0) + rng.uniform(-2.0, 2.0)  # each backend's job starts a little apart
+            if window[0] <= (r.started or 0.0) < window[1]:
+                runs.append(Run(sha=r.sha, job="test", conclusion="failure", log=rng.choice(INFRA_LOGS),
+                                started=start, completed=start + 5, has_results=False))
+            elif pos is not None:
+                runs.append(sc.run_at(pos, started=start))
+        rng.shuffle(runs)
+        sc.history.runs = runs
+        out.append(sc)
+    return out

@@ -67,3 +67,16 @@ def test_missing_baseline_is_rerun_not_counted_as_a_pass() -> None:
 def test_generation_is_deterministic() -> None:
     a, b = generate(42), generate(42)
     assert [(r.sha, r.conclusion, r.tests) for r in a.history.runs] == [(r.sha, r.conclusion, r.tests) for r in b.history.runs]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_outage_across_backends_is_infra_for_each_and_blames_no_commit(seed: int) -> None:
+    from triage.scenarios import generate_shared_outage
+
+    scenarios = generate_shared_outage(seed, backends=3)
+    assert len({sc.history.backend for sc in scenarios}) == 3
+    for sc in scenarios:
+        out = resolve(sc, RULES)
+        assert out.analysis.kind == "infra", (sc.history.backend, out.analysis.summary)
+        assert out.analysis.action == "infra_ticket" and out.analysis.suspect is None
+        assert out.reruns == 0
