@@ -31,7 +31,7 @@ ACTION_TEXT = {
     "skip_in_plan": "Skip the failing tests in the backend's plan",
     "ignore_flake": "Ignore as a flake",
     "infra_ticket": "Open an infra ticket for the backend's runners",
-    "bisect": "Wait for the bisection reruns (requested)",
+    "bisect": "Bisect: run the planned reruns before blaming a commit",
     "wait": "Wait for the runs already in flight",
     "none": "Nothing to do",
 }
@@ -79,6 +79,9 @@ def evidence(analysis: Analysis) -> list[EvidenceItem]:
         add_finding(f)
     if analysis.kind == "infra" or not items:
         items += [_item(o, "") for o in analysis.infra[:MAX_EVIDENCE]]
+    else:  # why the commits of an untested range have no usable result
+        gap = {c.sha for c in analysis.gap}
+        items += [_item(o, "") for o in analysis.infra if o.run.sha in gap][:3]
     for o in analysis.missing_baselines[:2]:
         items.append(_item(o, ""))
     seen: set[tuple[str, str, str, int, str]] = set()
@@ -217,7 +220,8 @@ def markdown(analysis: Analysis, verdict_json: dict[str, Any], *, upstream_repo:
     if a.retried:
         out += [f"- {md_text(r, 300)}" for r in a.retried]
     if a.reruns:
-        out += [f"- requested now: a rerun at {_commit_link(upstream_repo, r.sha)} ({md_text(r.reason, 200)})"
+        out += [f"- planned: a rerun at {_commit_link(upstream_repo, r.sha)} ({md_text(r.reason, 200)}); "
+                "`crcr triage analyze --request-reruns` or the relay, after a failed trunk job, asks for it"
                 for r in a.reruns]
     if not a.retried and not a.reruns:
         out.append("- nothing")
