@@ -251,3 +251,21 @@ def trunk_analyzer(sessions: Any, upstream_repo: str, *, window_days: int = 7, m
             return [r.sha for r in rows]
 
     return run
+
+
+TRUNK_TASK = "crcr.triage.analyze_trunk"
+
+
+def register_trunk_task(runtime: Any) -> Any:
+    """Put triage on the relay's queue: ``runtime.trunk_analyzer`` enqueues the task
+    ``crcr.triage.analyze_trunk`` (run by any worker of this queue: ``crcr serve``'s
+    in-process consumer or ``crcr worker``), which analyses the backend and writes the
+    bisection rerun requests. Both kinds of process call this so either can run it."""
+    analyzer = trunk_analyzer(runtime.sessions, runtime.settings.upstream_repo)
+
+    def analyze_trunk(backend: str) -> int:
+        return len(analyzer(backend))
+
+    task = runtime.huey.task(name=TRUNK_TASK)(analyze_trunk)
+    runtime.trunk_analyzer = task  # calling a Huey task enqueues it
+    return task

@@ -34,6 +34,9 @@ def worker(
     from relay import rerun_requests
 
     rerun_requests.register(runtime)  # triage's rerun requests -> push dispatches
+    from crcr.cli.triage import register_trunk_task
+
+    register_trunk_task(runtime)  # this worker can run the triage the relay queues after a failed trunk job
     sweep = Sweeper(runtime) if sweeper else None
     reruns = rerun_requests.RerunPoller(runtime) if sweeper else None
     if sweep:

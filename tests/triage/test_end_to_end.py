@@ -206,3 +206,22 @@ def test_a_failed_trunk_callback_makes_the_relay_request_the_bisection_run(env):
     assert calls == []
     trunk.job(trunk.land(10, [6]), 6)  # a failing one does
     assert calls == [BACKEND]
+
+
+def test_the_analysis_runs_as_a_queued_worker_task(env):
+    """crcr serve / crcr worker register the task; the callback only enqueues it."""
+    from crcr.cli.triage import TRUNK_TASK, register_trunk_task
+
+    h, gh = env
+    register_trunk_task(h.runtime)
+    h.runtime.huey.immediate = True  # run enqueued tasks in this thread, as a worker would
+    enqueued: list[str] = []
+    original = h.runtime.trunk_analyzer
+    h.runtime.trunk_analyzer = lambda backend: (enqueued.append(backend), original(backend))
+    trunk = Trunk(h)
+    for n, commits in enumerate(PUSHES[:4]):
+        trunk.job(trunk.land(n, commits), commits[-1])
+    assert enqueued == [BACKEND]
+    assert any(key.endswith(TRUNK_TASK) for key in h.runtime.huey._registry._registry)
+    with h.runtime.sessions() as s:
+        assert [r.sha for r in s.scalars(select(RerunRequest))] == [SHAS[4]]
