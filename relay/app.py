@@ -19,8 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
-from relay import callbacks, health, intake, results
+from relay import callbacks, health, intake, rerun_requests, results
 from relay.group_commit import GroupWriter
+from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
 from relay.wal_checkpoint import Checkpointer
 from relay.worker import Sweeper, register_tasks
@@ -39,7 +40,12 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     CPU priority, woken through a pipe, so sending never competes with intake for this
     interpreter.
     """
+    # read ci_providers.yml first: a file crcr cannot use stops the start (naming the key)
+    # before anything is created, instead of answering 500 to every callback later
+    verifier = OidcVerifier.from_settings(settings) if getattr(runtime, "oidc", None) is None else None
     runtime = runtime or Runtime.from_settings(settings)
+    if verifier is not None:
+        runtime.oidc = verifier
     secret, secret_path = webhook_secret(settings)
     checkpointer = Checkpointer(runtime.engine)
     # SQLite (local, no network wait) with a file allowlist: write on the event loop
@@ -52,8 +58,9 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         if migrate:
             await run_in_threadpool(upgrade, runtime.engine)
         register_tasks(runtime)
+        rerun_requests.register(runtime)
         checkpointer.start()
-        consumer = sweeper = child = None
+        consumer = sweeper = child = reruns = None
         if worker_process:
             child = WorkerProcess(workers=workers or settings.workers)
             child.start()
@@ -64,9 +71,13 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         if start_sweeper:
             sweeper = Sweeper(runtime)
             sweeper.start()
+            reruns = rerun_requests.RerunPoller(runtime)  # triage's rerun requests -> push dispatches
+            reruns.start()
         try:
             yield
         finally:
+            if reruns:
+                reruns.stop()
             if sweeper:
                 sweeper.stop()
             await run_in_threadpool(writer.stop)

@@ -31,8 +31,9 @@ from sqlalchemy.exc import DataError, IntegrityError
 
 from crcr.errors import ConfigError
 from crcr.logs import log_context
-from crcr.store.deliveries import ACCEPTED, IGNORED, Delivery, Dispatch, RejectedDelivery
+from crcr.store.deliveries import Delivery, Dispatch, RejectedDelivery
 from relay.events import EventInfo, describe, route
+from relay.rows import delivery_row, dispatch_rows
 from relay.runtime import Runtime
 
 log = logging.getLogger("crcr.relay.intake")
@@ -110,18 +111,9 @@ def plan(runtime: Runtime, item: Incoming, now: dt.datetime) -> _Planned:
         targets, reason, result = [], f"could not be processed: {type(exc).__name__}", None
     if result is not None and result.skipped and targets:
         reason = f"not sent to {', '.join(result.skipped)}: untrusted author"
-    delivery = {
-        "id": delivery_id, "event": event, "action": info.action, "repo": info.repo, "pr_number": info.pr_number,
-        "head_sha": info.head_sha, "ref": info.ref, "labels": info.labels, "label": info.label,
-        "sender": info.sender, "author_association": info.author_association,
-        "payload": item.body.decode("utf-8", "replace"), "payload_bytes": len(item.body), "received_at": now,
-        "status": ACCEPTED if targets else IGNORED, "ignored_reason": reason,
-    }
-    rows = [
-        {"delivery_id": delivery_id, "target": t.repo, "kind": t.kind, "level": t.level, "event_type": event,
-         "state": "pending", "attempts": 0, "next_attempt_at": now, "created_at": now, "updated_at": now}
-        for t in targets
-    ]
+    delivery = delivery_row(delivery_id, event, info, payload=item.body.decode("utf-8", "replace"),
+                            payload_bytes=len(item.body), now=now, targets=targets, reason=reason)
+    rows = dispatch_rows(delivery_id, event, targets, now)
     return _Planned(item, info, delivery, rows, reason)
 
 

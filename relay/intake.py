@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib
 import json
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from crcr.errors import ConfigError
 from crcr.logs import log_context
 from crcr.store.deliveries import ACCEPTED, Delivery, Dispatch
+from relay import checks
 from relay.group_commit import GroupWriter, Incoming, Rejected, Stored
 from relay.runtime import Runtime
 
@@ -68,20 +69,12 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _hook(module: str, name: str) -> Any:
-    """A function another relay module may provide (e.g. relay.checks.on_device_label)."""
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-
-
 def hook_name(stored: Stored) -> str | None:
     """The ``relay.checks`` hook a stored delivery needs, if any."""
     info = stored.info
     if stored.event == "pull_request" and info.action == "labeled" and (info.label or "").startswith("ciflow/crcr/"):
         return "on_device_label"
-    if stored.event == "check_run":
+    if stored.event in ("check_run", "check_suite"):  # a re-run requested on a check (CRCR handles both)
         return "on_check_run"
     return None
 
@@ -95,9 +88,7 @@ def after_store(runtime: Runtime, stored: Stored) -> dict[str, Any] | None:
     name = hook_name(stored)
     if name is None:
         return None
-    fn = _hook("relay.checks", name)
-    if fn is None:
-        return None
+    fn: Callable[..., Any] = checks.on_device_label if name == "on_device_label" else checks.on_check_run
     try:
         with runtime.sessions() as s:
             delivery = s.get(Delivery, delivery_id)
@@ -110,11 +101,24 @@ def after_store(runtime: Runtime, stored: Stored) -> dict[str, Any] | None:
                                            f"as delivery {result.delivery_id}")
                 answer = {"status": "rerun", "rerun_delivery_id": result.delivery_id, "dispatch_id": result.id,
                           "target": result.target}
+            elif name == "on_check_run" and _reran_upstream_style(runtime, delivery):
+                what = "its failed jobs" if delivery.event == "check_run" else "all its jobs"
+                delivery.status = ACCEPTED
+                delivery.ignored_reason = (f"{delivery.event} re-run requested: the downstream workflow run is "
+                                           f"re-run ({what}) through the Actions API, as CRCR does")
+                answer = {"status": "rerun", "how": delivery.ignored_reason}
             s.commit()
             return answer
     except Exception:
         log.exception("relay.checks.%s failed for %s; the delivery is stored regardless", name, delivery_id)
         return None
+
+
+def _reran_upstream_style(runtime: Runtime, delivery: Delivery | None) -> bool:
+    """Whether ``checks.on_check_run`` started CRCR's re-run (it runs in the background)."""
+    return (delivery is not None and delivery.action in ("rerequested", "requested_action")
+            and (delivery.repo or "").lower() == runtime.settings.upstream_repo.lower()
+            and getattr(runtime.allowlist.get(), "rerun", "upstream") == "upstream")
 
 
 class RejectionLimiter:
@@ -169,6 +173,7 @@ def _reject(request: Request, code: int, reason: str, **extra: Any) -> JSONRespo
 
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
+@router.post("/github/webhook", include_in_schema=False)  # CRCR's path: GitHub's webhook URL can stay
 async def webhook(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     secret: bytes = request.app.state.webhook_secret
@@ -229,8 +234,11 @@ def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
             return _answer(200, status="duplicate", delivery_id=stored.delivery_id)
         if stored.hook is not None:  # a check-run re-run: say what was dispatched
             metrics.deliveries.labels(event, "rerun").inc()
-            log.info("%s.%s: re-run dispatched as %s", event, info.action, stored.hook["rerun_delivery_id"])
-            return _answer(202, delivery_id=stored.delivery_id, **stored.hook)
+            log.info("%s.%s: re-run: %s", event, info.action,
+                     stored.hook.get("rerun_delivery_id") or stored.hook.get("how"))
+            # 202 when a new dispatch was created; CRCR's Actions API re-run answers 200 as CRCR does
+            return _answer(202 if "dispatch_id" in stored.hook else 200, delivery_id=stored.delivery_id,
+                           **stored.hook)
         if not stored.dispatch_ids:
             metrics.deliveries.labels(event, "ignored").inc()
             log.info("%s recorded as ignored: %s", event, stored.reason)

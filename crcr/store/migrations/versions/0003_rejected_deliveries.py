@@ -1,7 +1,7 @@
 """rejected deliveries (400/401/413 answers, bounded)
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0004 (chained after main's head when main was merged in)
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
