@@ -13,7 +13,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, poisoning, run
+from runners.snpu.kernels.common import load, poisoning, run, tiles
 from runners.snpu.planner import plan_matmul
 
 
@@ -34,7 +34,7 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = F
         done: set[tuple] = set()
         a_blocks: dict[tuple, torch.Tensor] = {}
         b_blocks: dict[tuple, torch.Tensor] = {}
-        for tile in plan.tiles:
+        for tile in tiles(plan):
             (b0, b1), (m0, m1), (n0, n1), (k0, k1) = tile.ranges
             key = (tile.ranges,)
             if key in done:  # one Tile per batch element shares its ranges: run once
@@ -63,21 +63,21 @@ def _packed(src: torch.Tensor, region: tuple[slice, ...], dtype: torch.dtype, ca
     return block
 
 
-@register("mm", category="matmul")
+@register("mm", category="matmul", execution="tiled")
 def mm(func: Any, args: tuple, kwargs: dict) -> Any:
     a, b = args[0], args[1]
     func(a.to("meta"), b.to("meta"))  # PyTorch's own shape and dtype checks
     return batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name())[0]
 
 
-@register("bmm", category="matmul")
+@register("bmm", category="matmul", execution="tiled")
 def bmm(func: Any, args: tuple, kwargs: dict) -> Any:
     a, b = args[0], args[1]
     func(a.to("meta"), b.to("meta"))
     return batched_matmul(a, b, func.name())
 
 
-@register("addmm", category="matmul")
+@register("addmm", category="matmul", execution="tiled")
 def addmm(func: Any, args: tuple, kwargs: dict) -> Any:
     bias, a, b = args[0], args[1], args[2]
     beta = kwargs.get("beta", 1)
@@ -96,7 +96,7 @@ def _drain(acc: torch.Tensor, bias: torch.Tensor, alpha: Any, beta: Any, meta: t
     return out.to(meta.dtype).expand(meta.shape).contiguous()
 
 
-@register("baddbmm", category="matmul")
+@register("baddbmm", category="matmul", execution="tiled")
 def baddbmm(func: Any, args: tuple, kwargs: dict) -> Any:
     bias, a, b = args[0], args[1], args[2]
     beta = kwargs.get("beta", 1)
@@ -105,14 +105,14 @@ def baddbmm(func: Any, args: tuple, kwargs: dict) -> Any:
     return _drain(batched_matmul(a, b, func.name(), keep_acc=True), bias, alpha, beta, meta)
 
 
-@register("mv", category="matmul")
+@register("mv", category="matmul", execution="tiled")
 def mv(func: Any, args: tuple, kwargs: dict) -> Any:
     a, v = args[0], args[1]
     func(a.to("meta"), v.to("meta"))
     return batched_matmul(a.unsqueeze(0), v.reshape(1, -1, 1), func.name())[0, :, 0]
 
 
-@register("dot", "vdot", category="matmul")
+@register("dot", "vdot", category="matmul", execution="tiled")
 def dot(func: Any, args: tuple, kwargs: dict) -> Any:
     a, v = args[0], args[1]
     func(a.to("meta"), v.to("meta"))
