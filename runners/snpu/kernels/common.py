@@ -229,7 +229,7 @@ def meta_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         return func(*to_meta(args), **to_meta(kwargs))
     except RuntimeError as exc:
-        if "meta" not in str(exc):
+        if "meta" not in str(exc) and "same device" not in str(exc):
             raise
         # a few meta kernels refuse CPU scalars next to meta tensors: move those too
         return func(*to_meta(args, scalars=True), **to_meta(kwargs, scalars=True))

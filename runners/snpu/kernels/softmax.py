@@ -107,12 +107,14 @@ def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     plan = _nll_tiles(func.name(), rows, classes, x.dtype)
     losses = torch.empty(rows, dtype=x.dtype)
     weights = torch.empty(rows, dtype=x.dtype)
-    w = weight if weight is not None else torch.ones(classes, dtype=x.dtype)
     for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x, (slice(r0, r1), slice(c0, c1)))
         t = load(target, (slice(r0, r1),))
-        per_row, _ = func(block, t, weight, 0, ignore_index)
+        # the class weights are loaded by every tile (each core holds a copy)
+        wt = load(weight, (slice(None),)) if weight is not None else None
+        w = wt if wt is not None else torch.ones(classes, dtype=x.dtype)
+        per_row, _ = func(block, t, wt, 0, ignore_index)
         losses[r0:r1] = per_row
         valid = t != ignore_index
         weights[r0:r1] = torch.where(valid, w[t.clamp(0, classes - 1)], torch.zeros((), dtype=x.dtype))
@@ -143,7 +145,7 @@ def nll_loss_backward(func: Any, args: tuple, kwargs: dict) -> Any:
             g,
             load(x, (slice(r0, r1),)),
             load(target, (slice(r0, r1),)),
-            weight,
+            load(weight, (slice(None),)) if weight is not None else None,
             reduction,
             ignore_index,
             total_weight,

@@ -17,6 +17,10 @@ torch.manual_seed(0)
 CASES = {
     "broadcast_add": lambda a, b: a + b[0],
     "matmul": lambda a, b: a @ b.T,
+    "addmm_bias_view": lambda a, b: torch.addmm(a[:, :1], a, b.T, beta=0.5, alpha=2),
+    "cross_entropy_weighted": lambda a, b: F.cross_entropy(
+        a, (torch.arange(160) % 80).to(a.device), weight=b[0].abs()
+    ),
     "softmax": lambda a, b: F.softmax(a, dim=0),
     "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],)),
     "layer_norm_affine": lambda a, b: F.layer_norm(a, (a.shape[-1],), b[0], b[1]),
