@@ -1,6 +1,6 @@
 """Coverage: how many op_db entries pass all their samples on snpu, against the CPU baseline.
 
-    .venv/bin/python benchmarks/snpu_coverage.py [--dtype float32] [--sample-limit N] [--no-baseline]
+    .venv/bin/python benchmarks/snpu_coverage.py [--dtype float32] [--sample-limit N] [--no-baseline] [--proof]
 
 Runs every OpInfo entry's samples (all of them by default) on snpu and on the CPU at
 the dtype's usual tolerances (runners.snpu.opinfo_sweep, the harness behind
@@ -8,7 +8,9 @@ the dtype's usual tolerances (runners.snpu.opinfo_sweep, the harness behind
 baseline, measured in the same run with the same harness, is the CPU against itself
 (a fresh copy of each sample): what a perfect backend would reach here. Also prints how
 many passing entries needed a whole-tensor (untiled) compute kernel, and the most
-common reasons entries fail.
+common reasons entries fail. ``--proof`` sweeps the passing entries again under the
+tiling proof (``poison_outside_tiles``) and lists those that fail under it: a real
+kernel that reads outside its tile.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def main() -> None:
     parser.add_argument("--dtype", action="append", choices=("float32", "float16", "bfloat16"))
     parser.add_argument("--sample-limit", type=int, default=None)
     parser.add_argument("--no-baseline", action="store_true", help="skip the CPU-against-itself sweep")
+    parser.add_argument(
+        "--proof", action="store_true", help="sweep the passing entries under the tiling proof"
+    )
     args = parser.parse_args()
     from torch.testing._internal.common_methods_invocations import op_db
 
@@ -65,6 +70,20 @@ def main() -> None:
         reasons = collections.Counter(_reason(o) for o in rows if o.status == "fail").most_common(8)
         for reason, count in reasons:
             print(f"    {count:3d}  {reason}")
+        if args.proof:
+            from runners.snpu.kernels.common import poison_outside_tiles
+            from runners.snpu.opinfo_sweep import opinfo_name
+
+            names = {o.name for o in passing}
+            ops = [op for op in op_db if opinfo_name(op) in names]
+            with poison_outside_tiles():
+                proved = sweep(ops, dtypes=(dtype,), sample_limit=args.sample_limit)
+            caught = [o for o in proved.outcomes if o.status == "fail"]
+            print(
+                f"    tiling proof: {len(caught)} of {len(ops)} passing entries fail under poison_outside_tiles()"
+            )
+            for o in caught:
+                print(f"        {o.name}: {o.error}: {(o.message or '')[:80]}")
 
 
 if __name__ == "__main__":

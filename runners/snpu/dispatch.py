@@ -337,6 +337,14 @@ def _call_out(func: Any, functional: Any, args: tuple[Any, ...], kwargs: dict[st
     """``op(..., out=t)``: run the functional kernel, then resize ``t`` and copy into it."""
     outs = {a.name: kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs}
     rest = {k: v for k, v in kwargs.items() if k not in outs}
+    if (
+        len(outs) == 1
+        and rest.get("dtype") is None
+        and any(a.name == "dtype" and a.kwarg_only for a in functional._schema.arguments)
+    ):
+        # reductions take their dtype from out= when none is given (ATen's
+        # get_dtype_from_result): sum(x, out=long) accumulates in long, as on CPU
+        rest["dtype"] = next(iter(outs.values())).dtype
     # PyTorch's own out= checks (dtype casting, resize warning) on meta tensors; where
     # the out= overload has no meta kernel, CPU's general rules below
     checked, warned = _meta_out_checks(func, args, kwargs)
