@@ -98,8 +98,26 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+class _CurrentStderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at emit time.
+
+    A handler bound to the stderr object of the moment breaks once that object is
+    replaced and closed (an in-process CLI call under a test's capture, a daemonised
+    process): every later record would then print "--- Logging error ---".
+    """
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:  # the stream is always the current stderr
+        pass
+
+
 def configure_logging(log_format: str = "auto", level: str = "INFO", stream: Any = None) -> logging.Handler:
     """Install crcr's handler on the ``crcr`` logger (idempotent) and return it."""
+    follow_stderr = stream is None
     stream = stream or sys.stderr
     fmt = log_format
     if fmt == "auto":
@@ -108,7 +126,7 @@ def configure_logging(log_format: str = "auto", level: str = "INFO", stream: Any
     for h in list(logger.handlers):
         if getattr(h, "_crcr", False):
             logger.removeHandler(h)
-    handler = logging.StreamHandler(stream)
+    handler = _CurrentStderrHandler() if follow_stderr else logging.StreamHandler(stream)
     handler._crcr = True  # type: ignore[attr-defined]
     handler.addFilter(_ContextFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
