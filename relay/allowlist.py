@@ -34,6 +34,8 @@ import httpx
 import yaml
 
 from crcr.errors import ConfigError
+from relay.commands import CommandsConfig, parse_commands_config
+from relay.trust import TrustConfig, parse_trust
 
 log = logging.getLogger("crcr.relay.allowlist")
 
@@ -76,6 +78,8 @@ class Target:
 class Allowlist:
     targets: dict[str, Target]
     untrusted_associations: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_UNTRUSTED))
+    trust: TrustConfig = field(default_factory=TrustConfig)  # gating off: a plain CRCR allowlist
+    commands: CommandsConfig = field(default_factory=CommandsConfig)
 
     def level_of(self, repo: str) -> int | None:
         """The CRCR level (1..4) of ``repo``, or None when it is not allowlisted."""
@@ -230,9 +234,9 @@ def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
     ext = data.get("crcr") or {}
     if not isinstance(ext, dict):
         raise _bad("crcr", "expected a mapping")
-    unknown = sorted(set(ext) - {"targets", "untrusted_associations"})
+    unknown = sorted(set(ext) - {"targets", "untrusted_associations", "trust", "commands"})
     if unknown:
-        raise _bad("crcr", f"unknown keys {unknown}; known: targets, untrusted_associations")
+        raise _bad("crcr", f"unknown keys {unknown}; known: commands, targets, trust, untrusted_associations")
     untrusted = ext.get("untrusted_associations", list(DEFAULT_UNTRUSTED))
     if not isinstance(untrusted, list) or not all(isinstance(u, str) for u in untrusted):
         raise _bad("crcr.untrusted_associations", "expected a list of author_association values")
@@ -243,9 +247,13 @@ def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
         if repo not in found:
             raise _bad(f"crcr.targets.{repo}", "this repo is not in L1..L4; add it to a level first")
         found[repo].update(_extension(repo, spec))
+    trust = parse_trust(ext.get("trust"), has_crcr_section="crcr" in data and data["crcr"] is not None,
+                        legacy_untrusted=ext.get("untrusted_associations"))
     return Allowlist(
         targets={r: Target(**v) for r, v in found.items()},
-        untrusted_associations=frozenset(u.upper() for u in untrusted),
+        untrusted_associations=trust.untrusted_associations,
+        trust=trust,
+        commands=parse_commands_config(ext.get("commands"), set(found)),
     )
 
 

@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from crcr.errors import ConfigError
 from crcr.logs import log_context
-from crcr.store.deliveries import ACCEPTED, IGNORED, Delivery, Dispatch
+from crcr.store.deliveries import ACCEPTED, AWAITING, IGNORED, Delivery, Dispatch
 from relay.events import EventInfo, describe, route
 from relay.runtime import Runtime
 
@@ -98,10 +98,15 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
         "payload": body.decode("utf-8", "replace"), "payload_bytes": len(body), "received_at": now,
         "status": ACCEPTED if decision_targets else IGNORED, "ignored_reason": reason,
     }
+    # targets held back by trust gating are stored as awaiting approval, never dropped (relay/approval.py)
+    held = [allowlist.targets[r] for r in result.skipped if r in allowlist.targets] if result is not None else []
+    if held and not decision_targets:
+        delivery["status"] = "held"
     rows = [
         {"delivery_id": delivery_id, "target": t.repo, "kind": t.kind, "level": t.level, "event_type": event,
-         "state": "pending", "attempts": 0, "next_attempt_at": now, "created_at": now, "updated_at": now}
-        for t in decision_targets
+         "state": "pending" if i < len(decision_targets) else AWAITING, "attempts": 0, "next_attempt_at": now,
+         "created_at": now, "updated_at": now}
+        for i, t in enumerate([*decision_targets, *held])
     ]
     with log_context(delivery_id=delivery_id, repo=info.repo, pr=info.pr_number):
         try:
@@ -117,19 +122,27 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
             return _answer(200, status="duplicate", delivery_id=delivery_id)
         # stored: from here on nothing may turn the answer into an error
         try:
+            ids = ids[:len(decision_targets)]  # held rows wait for approval
             if ids and runtime.tasks is not None:
                 runtime.tasks.enqueue_batch(ids)  # one task claims and sends them concurrently
             _after_store_hooks(runtime, delivery_id, event, info)
+            if held:
+                runtime.metrics.held.inc(len(held))
+            _command_hook(runtime, delivery_id, event, info)
         except Exception:
             log.exception("post-store step failed; the sweeper will send the dispatches")
-        if not rows:
-            metrics.deliveries.labels(event, "ignored").inc()
+        if not decision_targets:
+            metrics.deliveries.labels(event, "held" if held else "ignored").inc()
+            if held:
+                log.info("%s held for approval: %s", event, reason)
+                return _answer(200, status="held", delivery_id=delivery_id, reason=reason, held=len(held))
             log.info("%s recorded as ignored: %s", event, reason)
             return _answer(200, status="ignored" if event != "ping" else "pong", delivery_id=delivery_id,
                            reason=reason)
         metrics.deliveries.labels(event, "accepted").inc()
         log.info("%s.%s accepted: %d dispatch(es)", event, info.action, len(rows))
-        return _answer(202, status="accepted", delivery_id=delivery_id, dispatches=len(rows))
+        return _answer(202, status="accepted", delivery_id=delivery_id, dispatches=len(decision_targets),
+                       **({"held": len(held)} if held else {}))
 
 
 def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: EventInfo) -> None:
@@ -151,6 +164,15 @@ def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: Eve
             s.commit()
     except Exception:
         log.exception("relay.checks.%s failed for %s; the delivery is stored regardless", name, delivery_id)
+
+
+def _command_hook(runtime: Runtime, delivery_id: str, event: str, info: EventInfo) -> None:
+    """PR comments (``/ci`` commands) and approval labels go to relay.command_actions,
+    which queues them for a worker (intake never waits on GitHub for them)."""
+    if event == "issue_comment" or (event == "pull_request" and info.action == "labeled"):
+        fn = _hook("relay.command_actions", "on_delivery")
+        if fn is not None:
+            fn(runtime, delivery_id, event, info)
 
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
