@@ -59,7 +59,8 @@ class Parsed:
 
 
 def _safe_word(word: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._/-]", "?", word[:40])
+    """An untrusted word fit to quote back: letters, digits, ``_`` and ``-`` only."""
+    return re.sub(r"[^A-Za-z0-9_-]", "?", word[:40])
 
 
 def parse_line(rest: str) -> Parsed:
