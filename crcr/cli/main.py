@@ -33,6 +33,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("crcr.cli.report", "Post a job's results to the relay as CRCR callbacks and a results upload."),
     "select": ("crcr.cli.select", "Build, check, upgrade and refine per-backend test plans; pick tests for a PR."),
     "snpu": ("crcr.cli.snpu", "The simulated NPU: capabilities file and device information."),
+    "commands": ("crcr.cli.commands", "PR comment commands (/ci ...) received and their outcomes."),
+    "held": ("crcr.cli.held", "Dispatches held back by trust gating, awaiting approval."),
 }
 
 
