@@ -35,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "snpu": ("crcr.cli.snpu", "The simulated NPU: capabilities file and device information."),
     "commands": ("crcr.cli.commands", "PR comment commands (/ci ...) received and their outcomes."),
     "held": ("crcr.cli.held", "Dispatches held back by trust gating, awaiting approval."),
+    "ingest": ("crcr.cli.ingest", "Poll an upstream repo without a GitHub App and feed the relay."),
 }
 
 

@@ -20,6 +20,7 @@ Responses follow GitHub's REST description (``tests/fixtures/github-openapi``);
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import itertools
 import json
 import re
@@ -88,6 +89,8 @@ class _State:
     pulls: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)  # -> {"sha", "diff"}
     runs: dict[tuple[str, int], str] = field(default_factory=dict)  # (repo, run id) -> in_progress | completed
     cancelled_runs: list[tuple[str, int]] = field(default_factory=list)
+    branches: dict[tuple[str, str], str] = field(default_factory=dict)
+    compares: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
 
 
 def _iso(ts: float) -> str:
@@ -116,6 +119,8 @@ class FakeGitHub:
         self.default_installation = default_installation
         self.token_ttl_s = token_ttl_s
         self.latency_s = 0.0
+        self.rate_remaining = 4999  # X-RateLimit-Remaining on every answer (tests lower it)
+        self.rate_reset: float | None = None  # X-RateLimit-Reset (default: an hour ahead)
         self.in_flight = 0
         self.max_in_flight = 0  # most requests being served at once (shows parallel fan-out)
         self.state = _State()
@@ -184,9 +189,20 @@ class FakeGitHub:
         with self._lock:
             self.state.permissions[(repo, login.lower())] = role
 
-    def set_pull(self, repo: str, number: int, head_sha: str, diff: str = "") -> None:
+    def set_pull(self, repo: str, number: int, head_sha: str, diff: str = "", *, association: str = "MEMBER",
+                 labels: list[str] | None = None, author: str = "author") -> None:
         with self._lock:
-            self.state.pulls[(repo, number)] = {"sha": head_sha, "diff": diff}
+            self.state.pulls[(repo, number)] = {"sha": head_sha, "diff": diff, "association": association,
+                                                "labels": list(labels or []), "author": author,
+                                                "updated": next(self._ids)}
+
+    def set_branch(self, repo: str, branch: str, sha: str, *, files: list[str] | None = None) -> None:
+        """Move ``branch`` to ``sha``; ``files`` are what the compare from the old head lists."""
+        with self._lock:
+            old = self.state.branches.get((repo, branch))
+            self.state.branches[(repo, branch)] = sha
+            if old is not None:
+                self.state.compares[(repo, old, sha)] = list(files or [])
 
     def set_run(self, repo: str, run_id: int, status: str = "in_progress") -> None:
         with self._lock:
@@ -280,7 +296,7 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
-        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/.+|collaborators/.+|pulls/\d+|actions/runs/\d+/cancel)", path)
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/.+|collaborators/.+|pulls|pulls/\d+|actions/runs/\d+/cancel|branches/.+|compare/.+)", path)
         if m:
             inst = self._check_token(auth)
             if inst is None:
@@ -383,6 +399,16 @@ class FakeGitHub:
                                     "push": folded in ("admin", "write"), "triage": role != "none",
                                     "pull": role != "none"}}
             return 200, {}, {"permission": folded, "role_name": role, "user": user}
+        if rest in ("pulls",) or rest.startswith(("branches/", "compare/")):
+            if method != "GET":
+                return missing
+            status, payload = self._polled(repo, rest)
+            if status != 200:
+                return status, {}, payload
+            etag = '"' + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32] + '"'
+            if headers.get("if-none-match") == etag:
+                return 304, {"ETag": etag}, None  # GitHub: a 304 does not count against the rate limit
+            return 200, {"ETag": etag}, payload
         if (m := re.fullmatch(r"pulls/(\d+)", rest)) and method == "GET":
             with self._lock:
                 pull = self.state.pulls.get((repo, int(m[1])))
@@ -406,6 +432,30 @@ class FakeGitHub:
                 self.state.cancelled_runs.append(key)
             return 202, {}, {}
         return missing
+
+    def _polled(self, repo: str, rest: str) -> tuple[int, Any]:
+        """Bodies of the endpoints ``crcr ingest poll`` reads (the fields crcr uses)."""
+        with self._lock:
+            if rest == "pulls":
+                items = sorted(((n, p) for (r, n), p in self.state.pulls.items() if r == repo),
+                               key=lambda x: x[1]["updated"], reverse=True)
+                return 200, [{"number": n, "state": "open", "title": f"PR {n}", "author_association": p["association"],
+                              "user": {"login": p["author"], "id": 5000 + n, "type": "User"},
+                              "labels": [{"name": label} for label in p["labels"]],
+                              "head": {"sha": p["sha"], "ref": f"pr-{n}"}, "base": {"ref": "main"},
+                              "html_url": f"https://github.com/{repo}/pull/{n}"} for n, p in items]
+            if rest.startswith("branches/"):
+                sha = self.state.branches.get((repo, rest[len("branches/"):]))
+                if sha is None:
+                    return 404, {"message": "Branch not found", "documentation_url": "https://docs.github.com/rest"}
+                return 200, {"name": rest[len("branches/"):], "commit": {"sha": sha}, "protected": True}
+            m = re.fullmatch(r"compare/([0-9a-f]+)\.\.\.([0-9a-f]+)", rest)
+            files = self.state.compares.get((repo, m[1], m[2])) if m else None
+            if files is None:
+                return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            return 200, {"status": "ahead", "total_commits": 1,
+                         "commits": [{"sha": m[2], "commit": {"message": "a trunk commit"}}],
+                         "files": [{"filename": f, "status": "modified"} for f in files]}
 
     def _comment(self, repo: str, number: int, cid: int, text: str, now: str) -> dict[str, Any]:
         return {"repo": repo, "number": number, "id": cid, "body": text, "created_at": now, "updated_at": now,
@@ -580,7 +630,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-GitHub-Request-Id", f"FAKE:{id(rec):x}")
         self.send_header("X-RateLimit-Limit", "5000")
-        self.send_header("X-RateLimit-Remaining", "4999")
+        self.send_header("X-RateLimit-Remaining", str(self.fake.rate_remaining))
+        self.send_header("X-RateLimit-Reset", str(int(self.fake.rate_reset or time.time() + 3600)))
         for k, v in extra.items():
             self.send_header(k, v)
         self.end_headers()
