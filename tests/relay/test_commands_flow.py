@@ -3,11 +3,14 @@ PyGithub against the fake GitHub, dispatches / reactions / replies out."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import json
 
 import pytest
 
 from relay import checks
+from tests.conftest import WEBHOOKS
 from tests.fakes.github import FakeGitHub
 from tests.relay.commands_harness import (
     PLAIN_ALLOWLIST,
@@ -18,6 +21,9 @@ from tests.relay.commands_harness import (
     comment_event,
     pr_event,
 )
+
+CHECK_RERUN = json.loads((WEBHOOKS / "octokit-webhooks/check_run/rerequested.payload.json").read_text())
+assert CHECK_RERUN["check_run"]["pull_requests"] == []  # octokit's example names no PR
 
 
 @pytest.fixture
@@ -205,6 +211,16 @@ def test_retry_reruns_failed_jobs_through_the_check_run_rerun_path(h, gh):
     assert any(d.delivery_id == f"{delivery}/rerun/1" and d.target == "org/l4" for d in h.rows("sent"))
     (reply,) = h.replies()
     assert "no check run to re-run for org/l2" in reply["body"]
+    # the check's own re-run button (octokit's check_run rerequested, given the PR it lacks)
+    # takes the same path and counts on from the comment's re-run
+    press = copy.deepcopy(CHECK_RERUN)
+    press["check_run"]["id"] = next(c.github_id for c in h.checks() if c.name.startswith("crcr/org/l4/"))
+    press["check_run"]["head_sha"] = SHA_A
+    press["check_run"]["pull_requests"] = [{"number": 7, "head": {"sha": SHA_A}}]
+    press["repository"]["full_name"] = UPSTREAM
+    h.webhook("check_run", press)
+    assert h.sent_to()[before:] == ["org/l4", "org/l4"]
+    assert any(d.delivery_id == f"{delivery}/rerun/2" for d in h.rows("sent"))
 
 
 def test_cancel_marks_open_jobs_cancels_runs_and_held_rows(h, gh):
