@@ -192,7 +192,15 @@ def handle_comment(runtime: Any, delivery_id: str, payload: dict[str, Any]) -> l
     except IntegrityError:
         log.info("comment %s on PR #%s was already handled", comment_id, pr)
         return []
-    gh = runtime.github().client_for_repo(upstream)
+    try:
+        gh = runtime.github().client_for_repo(upstream)
+    except Exception as exc:  # no App configured, or not installed upstream: say so in the stored outcome
+        why = f"cannot talk to GitHub: {getattr(exc, 'message', None) or type(exc).__name__}"[:500]
+        log.warning("comment %s on PR #%s not executed: %s", comment_id, pr, why)
+        with runtime.write_lock, runtime.engine.begin() as conn:
+            conn.execute(update(Command).where(Command.comment_id == comment_id).values(
+                outcome=FAILED, detail=why, updated_at=utcnow()))
+        return [FAILED] * len(parsed)
     _react(gh, upstream, comment_id, "eyes")
     ctx = Context(runtime, gh, pr, login, comment_id)
     outcomes = []
@@ -204,6 +212,8 @@ def handle_comment(runtime: Any, delivery_id: str, payload: dict[str, Any]) -> l
             conn.execute(update(Command).where(Command.comment_id == comment_id, Command.position == position).values(
                 outcome=outcome, detail=detail[:4000], updated_at=utcnow(), head_sha=ctx._head,
                 permission=ctx.permission.role if ctx.permission else None))
+    log.info("PR #%s comment %s by %s: %s", pr, comment_id, login,
+             ", ".join(f"{p.name if p.valid else 'invalid'}={o}" for p, o in zip(parsed, outcomes, strict=True)))
     _react(gh, upstream, comment_id, "rocket" if all(o == DONE for o in outcomes) else "confused")
     if ctx.replies:
         who = inert(login, 40) if LOGIN_RE.match(login) else "a commenter"

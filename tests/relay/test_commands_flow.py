@@ -257,3 +257,27 @@ def test_failed_l4_check_pings_oncalls_in_one_comment_updated_in_place(h, gh):
     h.callback("in_progress", delivery, repo="org/l2", run_id="701")
     h.callback("completed", delivery, repo="org/l2", run_id="701", conclusion="failure")
     assert "org/l2" not in h.replies(kind="oncall")[0]["body"]
+
+
+def test_without_a_github_app_commands_are_stored_as_failed(tmp_path, gh):
+    from fastapi.testclient import TestClient
+
+    from crcr.queue import make_huey
+    from relay.app import create_app
+    from relay.runtime import Runtime
+    from tests.fakes.oidc import FakeIssuer
+    from tests.relay.callbacks_harness import Clock, Harness, make_settings
+    from tests.relay.commands_harness import ALLOWLIST, CommandHarness
+
+    with FakeIssuer() as issuer:
+        settings = make_settings(tmp_path, issuer)  # no CRCR_GITHUB_APP_ID
+        (tmp_path / "allowlist.yaml").write_text(ALLOWLIST)
+        runtime = Runtime.from_settings(settings, clock=Clock(), huey=make_huey(settings.resolved_queue_url,
+                                                                                 immediate=True))
+        with TestClient(create_app(settings, runtime=runtime, start_worker=False, start_sweeper=False)) as client:
+            h = CommandHarness(client, runtime, issuer, Clock())
+            h.gh = gh
+            assert isinstance(h, Harness)
+            h.comment("/ci status")
+            (cmd,) = h.commands()
+            assert cmd.outcome == "failed" and "cannot talk to GitHub" in cmd.detail
