@@ -20,6 +20,8 @@ from sqlalchemy import func, select, update
 
 from crcr.store.deliveries import AWAITING, PENDING, SUPERSEDED, Delivery, Dispatch
 
+RUN_ACTIONS = ("opened", "reopened", "synchronize")
+
 
 @dataclass
 class Released:
@@ -49,9 +51,11 @@ def release(runtime: Any, pr_number: int, head_sha: str, *, targets: set[str] | 
         stale = [d.id for d, dl in rows if dl.head_sha != head_sha]
         newest: dict[str, int] = {}
         older: list[int] = []
-        for d, dl in rows:
-            if dl.head_sha != head_sha:
-                continue
+        # per target, the newest push-like delivery (opened/reopened/synchronize) wins over a
+        # newer `labeled` or `closed` one: approval runs the code, not a label event
+        current = sorted(((d, dl) for d, dl in rows if dl.head_sha == head_sha),
+                         key=lambda p: p[1].action not in RUN_ACTIONS)
+        for d, _dl in current:
             if d.target in newest:
                 older.append(d.id)
             else:
