@@ -3,7 +3,8 @@
 Answers: 400 no/odd signature or headers or bad JSON; 401 wrong signature; 413 body
 over ``CRCR_MAX_WEBHOOK_BYTES`` (checked on Content-Length and while streaming, so a
 large body is never buffered whole); 200 ping, duplicate delivery, or an event that
-is recorded as ignored; 202 with the delivery id when dispatch rows were created;
+is recorded as ignored, or held (trust gating: ``"status": "held"``, the targets stored as
+``awaiting`` approval); 202 with the delivery id when dispatch rows were created;
 503 when storage is down. A validly signed payload never causes a 5xx: anything
 unexpected while reading it is recorded as ignored with the reason.
 """
