@@ -16,6 +16,7 @@ background thread when this process has no task queue). The task:
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import threading
@@ -32,7 +33,7 @@ from crcr.github.comments import (
     collaborator_permission,
     pull_head_sha,
 )
-from crcr.store.commands import DONE, FAILED, INVALID, REFUSED, Command, utcnow
+from crcr.store.commands import DONE, FAILED, INVALID, RECEIVED, REFUSED, Command
 from crcr.store.deliveries import Delivery
 from relay import approval, job_actions, select_preview
 from relay.commands import USAGE, Parsed, parse_comment
@@ -181,10 +182,10 @@ def handle_comment(runtime: Any, delivery_id: str, payload: dict[str, Any]) -> l
     parsed = parse_comment(body)
     if not parsed:
         return []
-    now = utcnow()
+    now = runtime.clock()
     upstream = runtime.settings.upstream_repo
     rows = [{"comment_id": comment_id, "position": i, "delivery_id": delivery_id, "repo": upstream, "pr_number": pr,
-             "commenter": login, "command": p.name if p.valid else "invalid", "args": list(p.args), "outcome": "received",
+             "commenter": login, "command": p.name if p.valid else "invalid", "args": list(p.args), "outcome": RECEIVED,
              "created_at": now, "updated_at": now} for i, p in enumerate(parsed)]
     try:
         with runtime.write_lock, runtime.engine.begin() as conn:
@@ -192,34 +193,80 @@ def handle_comment(runtime: Any, delivery_id: str, payload: dict[str, Any]) -> l
     except IntegrityError:
         log.info("comment %s on PR #%s was already handled", comment_id, pr)
         return []
+    return _execute_comment(runtime, comment_id, pr, login, parsed, set(range(len(parsed))))
+
+
+def _set(runtime: Any, comment_id: int, positions: set[int] | None, **values: Any) -> None:
+    stmt = update(Command).where(Command.comment_id == comment_id)
+    if positions is not None:
+        stmt = stmt.where(Command.position.in_(sorted(positions)))
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        conn.execute(stmt.values(updated_at=runtime.clock(), **values))
+
+
+def _execute_comment(runtime: Any, comment_id: int, pr: int, login: str, parsed: list[Parsed],
+                     positions: set[int]) -> list[str]:
+    """Run the stored, not yet executed commands (``positions``) of one comment and answer."""
+    upstream = runtime.settings.upstream_repo
     try:
         gh = runtime.github().client_for_repo(upstream)
     except Exception as exc:  # no App configured, or not installed upstream: say so in the stored outcome
         why = f"cannot talk to GitHub: {getattr(exc, 'message', None) or type(exc).__name__}"[:500]
         log.warning("comment %s on PR #%s not executed: %s", comment_id, pr, why)
-        with runtime.write_lock, runtime.engine.begin() as conn:
-            conn.execute(update(Command).where(Command.comment_id == comment_id).values(
-                outcome=FAILED, detail=why, updated_at=utcnow()))
-        return [FAILED] * len(parsed)
+        _set(runtime, comment_id, positions, outcome=FAILED, detail=why)
+        return [FAILED] * len(positions)
     _react(gh, upstream, comment_id, "eyes")
     ctx = Context(runtime, gh, pr, login, comment_id)
     outcomes = []
     for position, p in enumerate(parsed):
+        if position not in positions:
+            continue
         outcome, detail = _execute(ctx, p)
         outcomes.append(outcome)
         runtime.metrics.commands.labels(p.name if p.valid else "invalid", outcome).inc()
-        with runtime.write_lock, runtime.engine.begin() as conn:
-            conn.execute(update(Command).where(Command.comment_id == comment_id, Command.position == position).values(
-                outcome=outcome, detail=detail[:4000], updated_at=utcnow(), head_sha=ctx._head,
-                permission=ctx.permission.role if ctx.permission else None))
-    log.info("PR #%s comment %s by %s: %s", pr, comment_id, login,
-             ", ".join(f"{p.name if p.valid else 'invalid'}={o}" for p, o in zip(parsed, outcomes, strict=True)))
+        _set(runtime, comment_id, {position}, outcome=outcome, detail=detail[:4000], head_sha=ctx._head,
+             permission=ctx.permission.role if ctx.permission else None)
+    log.info("PR #%s comment %s by %s: %s", pr, comment_id, login, ", ".join(outcomes))
     _react(gh, upstream, comment_id, "rocket" if all(o == DONE for o in outcomes) else "confused")
     if ctx.replies:
         who = inert(login, 40) if LOGIN_RE.match(login) else "a commenter"
         text = f"Answer to comment {comment_id} by {who}:\n\n" + "\n\n---\n\n".join(ctx.replies)
         upsert_comment(runtime, gh, pr, "reply", text)
     return outcomes
+
+
+STALE_AFTER = dt.timedelta(minutes=10)  # longer than any command takes (a select preview: 2 min per backend)
+
+
+def sweep(runtime: Any, *, stale_after: dt.timedelta = STALE_AFTER, limit: int = 20) -> int:
+    """Resume commands whose task was lost (a worker killed mid-way): rows still ``received``
+    long after they were stored. Each comment is claimed by bumping ``updated_at`` in one
+    conditional UPDATE, so two sweepers never both resume it. Returns how many comments."""
+    cutoff = runtime.clock() - stale_after
+    with runtime.sessions() as s:
+        stale = list(s.execute(select(Command.comment_id, Command.delivery_id).where(
+            Command.outcome == RECEIVED, Command.updated_at < cutoff).distinct().limit(limit)).all())
+    resumed = 0
+    for comment_id, delivery_id in stale:
+        with runtime.write_lock, runtime.engine.begin() as conn:
+            claimed = conn.execute(update(Command).where(
+                Command.comment_id == comment_id, Command.outcome == RECEIVED, Command.updated_at < cutoff)
+                .values(updated_at=runtime.clock())).rowcount
+        if not claimed:
+            continue
+        with runtime.sessions() as s:
+            delivery = s.get(Delivery, delivery_id)
+            positions = set(s.scalars(select(Command.position).where(Command.comment_id == comment_id,
+                                                                     Command.outcome == RECEIVED)))
+            payload_text = delivery.payload if delivery is not None else None
+        fields = _comment_fields(runtime, json.loads(payload_text)) if payload_text else None
+        if fields is None:  # the payload was pruned: nothing to resume from
+            _set(runtime, comment_id, None, outcome=FAILED, detail="lost before it ran; the comment is gone")
+            continue
+        log.info("resuming comment %s (its task was lost)", comment_id)
+        _execute_comment(runtime, comment_id, fields[1], fields[2], parse_comment(fields[3]), positions)
+        resumed += 1
+    return resumed
 
 
 def _react(gh: Any, repo: str, comment_id: int, content: str) -> None:

@@ -145,6 +145,10 @@ class Sweeper:
                 log.warning("sweep failed", exc_info=True)
             # check runs whose push to GitHub was lost (process died, GitHub refused)
             checks.sweep(self.runtime)
+            try:  # /ci commands whose task was lost with its worker
+                command_actions.sweep(self.runtime)
+            except Exception:
+                log.warning("command sweep failed", exc_info=True)
 
     def start(self) -> None:
         self.thread.start()

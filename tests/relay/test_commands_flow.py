@@ -291,3 +291,21 @@ def test_approval_prefers_the_push_over_a_later_label_event(h, gh):
     assert released == {"org/l2": opened, "org/l3": opened}
     assert [d.target for d in h.rows("superseded")] == ["org/l3"]  # the labeled delivery's row
     assert sorted(h.sent_to()) == ["org/l2", "org/l3", "org/l4"]
+
+
+def test_a_command_whose_task_died_is_resumed_once_by_the_sweep(h, gh, monkeypatch):
+    from relay import command_actions
+
+    h.webhook("pull_request", pr_event())
+    real = command_actions._execute_comment
+    monkeypatch.setattr(command_actions, "_execute_comment", lambda *a, **k: [])  # killed right after storing
+    c = h.comment("/ci run")
+    monkeypatch.setattr(command_actions, "_execute_comment", real)
+    assert [x.outcome for x in h.commands()] == ["received"] and h.sent_to() == ["org/l4"]
+    assert command_actions.sweep(h.runtime) == 0  # not stale yet: it may still be running
+    h.clock.advance(11 * 60)
+    assert command_actions.sweep(h.runtime) == 1
+    assert command_actions.sweep(h.runtime) == 0
+    assert [x.outcome for x in h.commands()] == ["done"]
+    assert sorted(h.sent_to()) == ["org/l2", "org/l3", "org/l4"]
+    assert gh.reactions_on(UPSTREAM, c["comment"]["id"]) == ["eyes", "rocket"]
