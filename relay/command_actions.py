@@ -55,8 +55,10 @@ def on_delivery(runtime: Any, delivery_id: str, event: str, info: Any) -> None:
     """Intake's hook: queue PR comments and labels for ``handle`` (never raises, never waits on GitHub)."""
     if event == "issue_comment" and (info.action != "created" or info.pr_number is None):
         return  # edited/deleted comments and comments on issues are not commands
-    if event == "pull_request" and info.action != "labeled":
-        return
+    if event == "pull_request":
+        trust = runtime.allowlist.get().trust
+        if info.action != "labeled" or not trust.gating or info.label != trust.approval_label:
+            return  # only the approval label matters here (ciflow labels go to relay.checks)
     task = getattr(runtime.tasks, "commands_task", None) if runtime.tasks is not None else None
     try:
         if task is not None:
