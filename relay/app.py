@@ -20,6 +20,7 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, results
+from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
 from relay.worker import Sweeper, register_tasks
 
@@ -29,7 +30,12 @@ log = logging.getLogger("crcr.relay")
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
                start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
     """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+    # read ci_providers.yml first: a file crcr cannot use stops the start (naming the key)
+    # before anything is created, instead of answering 500 to every callback later
+    verifier = OidcVerifier.from_settings(settings) if getattr(runtime, "oidc", None) is None else None
     runtime = runtime or Runtime.from_settings(settings)
+    if verifier is not None:
+        runtime.oidc = verifier
     secret, secret_path = webhook_secret(settings)
 
     @contextlib.asynccontextmanager

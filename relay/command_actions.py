@@ -326,13 +326,16 @@ def _run(ctx: Context, p: Parsed, allow: Any, targets: set[str] | None) -> tuple
                            + (" for the named backends" if targets else "") + ". To run failed jobs again use `/ci retry`.")
         return DONE, f"nothing held for {head}"
     if p.name == "retry":
-        done, without_check = job_actions.retry_failed(ctx.runtime, ctx.pr, head, targets, ctx.login, ctx.comment_id)
-        if without_check or not done:
-            parts = [f"re-dispatched {', '.join(done)}" if done else f"no failed job with a crcr check on {head[:12]}"]
+        done, without_check, refused = job_actions.retry_failed(ctx.runtime, ctx.pr, head, targets, ctx.login,
+                                                                ctx.comment_id)
+        if without_check or refused or not done:
+            parts = [f"re-ran {', '.join(done)}" if done else f"nothing re-run on {head[:12]}"]
             if without_check:
                 parts.append(f"no check run to re-run for {', '.join(without_check)} (only L3 with their label and L4 have one)")
+            if refused:
+                parts.append(f"not re-run: {', '.join(refused)} (the event no longer routes there)")
             ctx.replies.append("`/ci retry`: " + "; ".join(parts) + ".")
-        return DONE, f"re-dispatched {', '.join(done) or 'nothing'}"
+        return DONE, f"re-ran {', '.join(done) or 'nothing'}"
     if p.name == "cancel":
         summary = job_actions.cancel(ctx.runtime, ctx.gh, ctx.pr, targets, ctx.login)
         if summary.errors:

@@ -1,7 +1,7 @@
 """What ``/ci retry``, ``/ci cancel`` and ``/ci status`` do to a PR's jobs.
 
-``retry_failed`` goes through ``relay.checks.rerun_for_check``, the path a check
-run's re-run button takes (one path, not two): for each backend whose newest jobs on
+``retry_failed`` goes through ``relay.checks.on_check_run``, the hook a check run's
+re-run button reaches through intake (one path, not two): for each backend whose newest jobs on
 the head SHA include a failed one, the failed job's crcr check run is "re-requested"
 on the commenter's behalf. ``cancel`` marks open jobs cancelled (their checks say so),
 cancels open and held dispatches, and cancels the known downstream runs through the
@@ -43,13 +43,17 @@ def _newest_per_repo(jobs: list[Job]) -> dict[str, list[Job]]:
 
 
 def retry_failed(runtime: Any, pr: int, head: str, targets: set[str] | None, login: str,
-                 comment_id: int) -> tuple[list[str], list[str]]:
-    """Re-dispatch backends with a failed job on ``head``; returns (re-dispatched, failed without a check)."""
+                 comment_id: int) -> tuple[list[str], list[str], list[str]]:
+    """Re-run backends with a failed job on ``head``; returns (re-run, failed without a check,
+    refused by the re-run path: routing no longer sends the event there)."""
     done: list[str] = []
     without_check: list[str] = []
-    ids: list[int] = []
+    not_rerun: list[str] = []
     upstream = runtime.settings.upstream_repo
-    with runtime.write_lock, runtime.sessions() as s:
+    upstream_style = getattr(runtime.allowlist.get(), "rerun", "dispatch") == "upstream"
+    # no runtime.write_lock here: on_check_run commits and enqueues, and an immediate queue
+    # sends (and takes that lock) inside the call
+    with runtime.sessions() as s:
         jobs = list(s.scalars(select(Job).where(Job.pr_number == pr, Job.head_sha == head)))
         for repo, group in sorted(_newest_per_repo(jobs).items()):
             if targets is not None and repo not in targets:
@@ -62,23 +66,23 @@ def retry_failed(runtime: Any, pr: int, head: str, targets: set[str] | None, log
             if row is None:
                 without_check.append(repo)
                 continue
-            # the same request GitHub sends when someone presses the check's re-run button
+            # the same request GitHub sends when someone presses the check's re-run button, handed
+            # to the same hook intake calls for it (crcr's new dispatch, or CRCR's Actions re-run)
             request = Delivery(
                 id=f"comment-{comment_id}", event="check_run", action="rerequested", repo=upstream, pr_number=pr,
                 head_sha=head, labels=[], sender=login, payload_bytes=0,
                 payload=json.dumps({"action": "rerequested", "check_run": {
-                    "id": row.github_id, "name": row.name, "head_sha": head, "external_id": row.job.run_id,
-                    "pull_requests": [{"number": pr}]}, "sender": {"login": login}}))
-            dispatch = checks.rerun_for_check(s, request, runtime)
-            if dispatch is None:
-                without_check.append(repo)
-                continue
-            s.commit()
-            ids.append(dispatch.id)
-            done.append(repo)
-    if ids and runtime.tasks is not None:
-        runtime.tasks.enqueue(ids)
-    return done, without_check
+                    "id": row.github_id, "name": row.name, "head_sha": head,
+                    "external_id": f"{row.job.run_id}:{pr}", "pull_requests": [{"number": pr}]},
+                    "repository": {"full_name": upstream}, "sender": {"login": login}}))
+            dispatch = checks.on_check_run(s, request, runtime)  # commits and enqueues itself
+            if dispatch is None and upstream_style:
+                done.append(repo)  # CRCR's way: the downstream run is re-run in the background
+            elif dispatch is None:
+                not_rerun.append(repo)
+            else:
+                done.append(repo)
+    return done, without_check, not_rerun
 
 
 @dataclass

@@ -54,7 +54,7 @@ def serve(
     configure_logging(settings.log_format, settings.log_level)
     # read the allowlist before anything is created: a relay that cannot read it would
     # accept webhooks it cannot route
-    AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s).get()
+    AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s, github_api_url=settings.github_api_url).get()
     bind_host, bind_port = host or settings.host, settings.port if port is None else port
     _check_can_listen(bind_host, bind_port)
     application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)

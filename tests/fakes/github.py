@@ -19,6 +19,7 @@ Responses follow GitHub's REST description (``tests/fixtures/github-openapi``);
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import hashlib
 import itertools
@@ -91,6 +92,8 @@ class _State:
     cancelled_runs: list[tuple[str, int]] = field(default_factory=list)
     branches: dict[tuple[str, str], str] = field(default_factory=dict)
     compares: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
+    files: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (repo, path, ref) -> text
+    suites: dict[tuple[str, str], int] = field(default_factory=dict)  # (repo, head_sha) -> check suite id
 
 
 def _iso(ts: float) -> str:
@@ -217,6 +220,11 @@ class FakeGitHub:
             return [c for r, i, c in self.state.reactions if r == repo and i == comment_id]
 
     # ---- what happened -----------------------------------------------------------------
+    def add_file(self, repo: str, path: str, text: str, *, ref: str = "main") -> None:
+        """A file the public contents API serves (``GET /repos/{repo}/contents/{path}?ref=``)."""
+        with self._lock:
+            self.state.files[(repo, path, ref)] = text
+
     def calls(self, method: str | None = None, path_regex: str | None = None) -> list[Recorded]:
         with self._lock:
             items = list(self.requests)
@@ -304,7 +312,21 @@ class FakeGitHub:
             if self._installation_for(f"{m[1]}/{m[2]}") != inst:
                 return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
             return self._conversation(method, f"{m[1]}/{m[2]}", m[3], headers, body)
-        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+))", path)
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/contents/(.+)", path)
+        if m and method == "GET":  # public repos: no token needed
+            ref = dict(p.split("=", 1) for p in headers.get(":query", "").split("&") if "=" in p).get("ref", "main")
+            with self._lock:
+                text = self.state.files.get((f"{m[1]}/{m[2]}", m[3], ref))
+            if text is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            data = text.encode()
+            return 200, {}, {"type": "file", "encoding": "base64", "size": len(data), "name": m[3].rsplit("/", 1)[-1],
+                             "path": m[3], "sha": "f" * 40, "content": base64.b64encode(data).decode(),
+                             "url": f"{self.url}/repos/{m[1]}/{m[2]}/contents/{m[3]}?ref={ref}",
+                             "git_url": None, "html_url": None, "download_url": None,
+                             "_links": {"self": None, "git": None, "html": None}}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+)"
+                         r"|actions/runs/(\d+)/(rerun|rerun-failed-jobs)|check-suites/(\d+)/check-runs)", path)
         if not m:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
         repo = f"{m[1]}/{m[2]}"
@@ -332,6 +354,13 @@ class FakeGitHub:
                     return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
                 self._apply_check_run(run, body)
                 return 200, {}, dict(run)
+        if m[6] and method == "POST":  # re-run a workflow run (all jobs, or the failed ones)
+            return 201, {}, {}
+        if m[8] and method == "GET":
+            with self._lock:
+                runs = [dict(r) for r in self.state.check_runs.values()
+                        if r["check_suite"]["id"] == int(m[8]) and r["url"].split("/repos/", 1)[1].startswith(repo + "/")]
+            return 200, {}, {"total_count": len(runs), "check_runs": runs}
         if m[5] and method == "GET":
             with self._lock:
                 known = (repo, m[5]) in self.state.commits
@@ -516,7 +545,7 @@ class FakeGitHub:
             "html_url": f"https://github.com/{repo}/runs/{cid}", "details_url": body.get("details_url"),
             "status": body.get("status", "queued"), "conclusion": body.get("conclusion"),
             "started_at": body.get("started_at", now), "completed_at": body.get("completed_at"),
-            "external_id": body.get("external_id", ""), "check_suite": {"id": cid + 1},
+            "external_id": body.get("external_id", ""), "check_suite": {"id": self._suite(repo, body["head_sha"])},
             "output": {"title": None, "summary": None, "text": None, "annotations_count": 0,
                        "annotations_url": f"{self.url}/repos/{repo}/check-runs/{cid}/annotations"},
             "app": self._app(), "pull_requests": [],
@@ -525,6 +554,11 @@ class FakeGitHub:
         with self._lock:
             self.state.check_runs[cid] = run
         return dict(run)
+
+    def _suite(self, repo: str, head_sha: str) -> int:
+        """One check suite per (repo, commit) for the App, as GitHub keeps one per App and commit."""
+        with self._lock:
+            return self.state.suites.setdefault((repo, head_sha), 500_000 + len(self.state.suites))
 
     @staticmethod
     def _apply_check_run(run: dict[str, Any], body: dict[str, Any]) -> None:
@@ -578,11 +612,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         api_prefix = "/api/v3"  # a GHES-style base URL is accepted too
         if path.startswith(api_prefix):
             path = path[len(api_prefix):]
         headers = {k.lower(): v for k, v in self.headers.items()}
+        headers[":query"] = query  # not a real header name: the query string, for routes that read it
         rec = Recorded(self.command, path, headers, body, time.time())
         with fake._lock:
             fake.requests.append(rec)

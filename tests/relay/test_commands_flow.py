@@ -283,14 +283,14 @@ def test_without_a_github_app_commands_are_stored_as_failed(tmp_path, gh):
             assert cmd.outcome == "failed" and "cannot talk to GitHub" in cmd.detail
 
 
-def test_approval_prefers_the_push_over_a_later_label_event(h, gh):
+def test_approval_prefers_the_push_over_a_later_closed_event(h, gh):
     opened = h.webhook("pull_request", pr_event()).json()["delivery_id"]
-    h.webhook("pull_request", pr_event("labeled", label="ciflow/crcr/npu", labels=["ciflow/crcr/npu"]))
+    h.webhook("pull_request", pr_event("closed"))  # held too, same head SHA
     h.comment("/ci run")
     released = {d.target: d.delivery_id for d in h.rows("sent") if d.target in ("org/l2", "org/l3")}
     assert released == {"org/l2": opened, "org/l3": opened}
-    assert [d.target for d in h.rows("superseded")] == ["org/l3"]  # the labeled delivery's row
-    assert sorted(h.sent_to()) == ["org/l2", "org/l3", "org/l4"]
+    assert sorted(d.target for d in h.rows("superseded")) == ["org/l2", "org/l3"]  # the closed delivery's rows
+    assert sorted(h.sent_to()) == ["org/l2", "org/l3", "org/l4", "org/l4"]  # l4 (opts in) got both events
 
 
 def test_a_command_whose_task_died_is_resumed_once_by_the_sweep(h, gh, monkeypatch):
