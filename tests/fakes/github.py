@@ -1,7 +1,7 @@
 """A local GitHub REST server for tests: real HTTP on 127.0.0.1, driven by PyGithub.
 
 Implements what crcr calls (installation lookup, installation tokens, repository
-dispatches, check runs, commits; for PR commands: issue comments, reactions, labels,
+dispatches, check runs, commits, issues and issue comments; for PR commands: reactions, labels,
 collaborator permission, the pull request's head and diff, cancelling Actions runs), checks App JWTs (RS256, ``iss`` = app id as a
 string, ``iat``/``exp`` rules) and installation tokens like GitHub does, records
 every request, and injects faults per route::
@@ -83,7 +83,6 @@ class _State:
     tokens: dict[str, tuple[int, float]] = field(default_factory=dict)  # token -> (installation, expires)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    comments: dict[int, dict[str, Any]] = field(default_factory=dict)  # id -> issue comment (with "repo", "number")
     reactions: list[tuple[str, int, str]] = field(default_factory=list)  # (repo, comment id, content)
     labels: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     permissions: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, login lower) -> role_name
@@ -94,6 +93,9 @@ class _State:
     compares: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     files: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (repo, path, ref) -> text
     suites: dict[tuple[str, str], int] = field(default_factory=dict)  # (repo, head_sha) -> check suite id
+    # issues and pull requests by (repo, number) (a PR is an issue with `pull_request`), and their comments
+    issues: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    comments: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _iso(ts: float) -> str:
@@ -213,7 +215,7 @@ class FakeGitHub:
 
     def comments_on(self, repo: str, number: int) -> list[dict[str, Any]]:
         with self._lock:
-            return [dict(c) for c in self.state.comments.values() if c["repo"] == repo and c["number"] == number]
+            return [dict(c) for c in self.state.comments if c["repo"] == repo and c["number"] == number]
 
     def reactions_on(self, repo: str, comment_id: int) -> list[str]:
         with self._lock:
@@ -304,7 +306,8 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
-        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/.+|collaborators/.+|pulls|pulls/\d+|actions/runs/\d+/cancel|branches/.+|compare/.+)", path)
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/\d+/comments|issues/comments/.+|issues/\d+/labels|collaborators/.+|pulls"
+                         r"|pulls/\d+|actions/runs/\d+/cancel|branches/.+|compare/.+)", path)
         if m:
             inst = self._check_token(auth)
             if inst is None:
@@ -325,6 +328,9 @@ class FakeGitHub:
                              "url": f"{self.url}/repos/{m[1]}/{m[2]}/contents/{m[3]}?ref={ref}",
                              "git_url": None, "html_url": None, "download_url": None,
                              "_links": {"self": None, "git": None, "html": None}}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues(?:/(\d+)(/comments)?)?", path)
+        if m:
+            return self._issues(method, f"{m[1]}/{m[2]}", int(m[3]) if m[3] else None, bool(m[4]), auth, body)
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+)"
                          r"|actions/runs/(\d+)/(rerun|rerun-failed-jobs)|check-suites/(\d+)/check-runs)", path)
         if not m:
@@ -380,16 +386,20 @@ class FakeGitHub:
         if (m := re.fullmatch(r"issues/(\d+)/comments", rest)) and method == "POST":
             if not isinstance(body, dict) or not isinstance(body.get("body"), str) or len(body["body"]) > 65536:
                 return invalid
+            with self._lock:
+                planted = (repo, int(m[1])) in self.state.issues
+            if planted:  # an issue a test planted: its comment count goes up too
+                return self._issues(method, repo, int(m[1]), True, headers.get("authorization", ""), body)
             cid = next(self._ids)
             comment = self._comment(repo, int(m[1]), cid, body["body"], now)
             with self._lock:
-                self.state.comments[cid] = comment
+                self.state.comments.append(comment)
             return 201, {}, self._comment_view(comment)
         if (m := re.fullmatch(r"issues/comments/(\d+)", rest)) and method == "PATCH":
             if not isinstance(body, dict) or not isinstance(body.get("body"), str) or len(body["body"]) > 65536:
                 return invalid
             with self._lock:
-                comment = self.state.comments.get(int(m[1]))
+                comment = next((c for c in self.state.comments if c["id"] == int(m[1])), None)
                 if comment is None or comment["repo"] != repo:
                     return missing
                 comment["body"], comment["updated_at"] = body["body"], now
@@ -497,6 +507,70 @@ class FakeGitHub:
                 "issue_url": f"{self.url}/repos/{repo}/issues/{c['number']}", "body": c["body"], "user": c["user"],
                 "created_at": c["created_at"], "updated_at": c["updated_at"], "author_association": "NONE",
                 "performed_via_github_app": None}
+    def add_issue(self, repo: str, number: int, *, title: str = "a PR", labels: list[str] | None = None,
+                  pull_request: bool = True) -> dict[str, Any]:
+        """Plant an issue or PR (``labels`` by name) that crcr may read and comment on."""
+        issue = self._issue(repo, number, title, "", labels or [], pull_request)
+        with self._lock:
+            self.state.issues[(repo, number)] = issue
+        return issue
+
+    def _issue(self, repo: str, number: int, title: str, body: str, labels: list[str], pr: bool) -> dict[str, Any]:
+        base = f"{self.url}/repos/{repo}"
+        issue = {
+            "id": 500000 + number, "node_id": f"I_{number}", "number": number, "title": title, "body": body,
+            "state": "open", "url": f"{base}/issues/{number}", "html_url": f"https://github.com/{repo}/issues/{number}",
+            "comments_url": f"{base}/issues/{number}/comments", "labels_url": f"{base}/issues/{number}/labels{{/name}}",
+            "repository_url": base, "events_url": f"{base}/issues/{number}/events",
+            "labels": [{"id": i + 1, "name": n, "color": "ededed", "default": False} for i, n in enumerate(labels)],
+            "user": _user("crcr-test[bot]", 77, "Bot"), "comments": 0, "locked": False, "assignees": [],
+            "created_at": _iso(time.time()), "updated_at": _iso(time.time()), "closed_at": None,
+            "author_association": "NONE",
+        }
+        if pr:
+            issue["pull_request"] = {"url": f"{base}/pulls/{number}", "html_url": f"https://github.com/{repo}/pull/{number}"}
+        return issue
+
+    def _issues(self, method: str, repo: str, number: int | None, comments: bool, auth: str,
+                body: Any) -> tuple[int, dict[str, str], Any]:
+        inst = self._check_token(auth)
+        if inst is None:
+            return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        if self._installation_for(repo) != inst:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        with self._lock:
+            if number is None and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("title"), str) or not body["title"]:
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(str(body.get("body") or "")) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                n = 1 + max([k[1] for k in self.state.issues if k[0] == repo], default=0)
+                issue = self._issue(repo, n, body["title"], str(body.get("body") or ""), [], False)
+                self.state.issues[(repo, n)] = issue
+                return 201, {}, dict(issue)
+            issue = self.state.issues.get((repo, number)) if number is not None else None
+            if issue is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            if not comments and method == "GET":
+                return 200, {}, dict(issue)
+            if comments and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(body["body"]) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                cid = next(self._ids)
+                comment = {"id": cid, "node_id": f"IC_{cid}", "body": body["body"],
+                           "url": f"{self.url}/repos/{repo}/issues/comments/{cid}",
+                           "html_url": f"https://github.com/{repo}/issues/{number}#issuecomment-{cid}",
+                           "issue_url": issue["url"], "user": _user("crcr-test[bot]", 77, "Bot"),
+                           "created_at": _iso(time.time()), "updated_at": _iso(time.time()),
+                           "author_association": "NONE", "repo": repo, "number": number}
+                self.state.comments.append(comment)
+                issue["comments"] += 1
+                return 201, {}, dict(comment)
+        return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 
     @staticmethod
     def _dispatch_problem(body: Any) -> str | None:
