@@ -38,6 +38,8 @@ import yaml
 
 from crcr.errors import ConfigError
 from crcr.github.contents import ContentsError, parse_blob_url, read_blob_url
+from relay.commands import CommandsConfig, parse_commands_config
+from relay.trust import TrustConfig, parse_trust
 
 log = logging.getLogger("crcr.relay.allowlist")
 
@@ -47,7 +49,7 @@ LEVELS = ("L1", "L2", "L3", "L4")
 DEFAULT_UNTRUSTED = ("FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE")
 KNOWN_EVENTS = ("pull_request", "push")
 TARGET_KEYS = {"events", "paths", "untrusted", "kind", "command", "timeout_s"}
-CRCR_KEYS = {"targets", "untrusted_associations", "rerun"}
+CRCR_KEYS = {"targets", "untrusted_associations", "rerun", "trust", "commands"}
 # re-run of a check run: CRCR re-runs the downstream workflow run through the Actions API
 # ("upstream"); crcr's own way dispatches the upstream event again as a new delivery ("dispatch")
 RERUN_MODES = ("dispatch", "upstream")
@@ -88,6 +90,8 @@ class Allowlist:
     extensions: bool = False  # the crcr: section is present (crcr's own behaviours on)
     rerun: str = "upstream"  # see RERUN_MODES
     ignored_keys: tuple[str, ...] = ()  # top-level keys neither CRCR nor crcr reads (ignored, as CRCR does)
+    trust: TrustConfig = field(default_factory=TrustConfig)  # gating off: a plain CRCR allowlist
+    commands: CommandsConfig = field(default_factory=CommandsConfig)
 
     def level_of(self, repo: str) -> int | None:
         """The CRCR level (1..4) of ``repo``, or None when it is not allowlisted."""
@@ -278,12 +282,16 @@ def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
         if repo not in found:
             raise _bad(f"crcr.targets.{repo}", "this repo is not in L1..L4; add it to a level first")
         found[repo].update(_extension(repo, spec))
+    trust = parse_trust(ext.get("trust"), has_crcr_section=extensions,
+                        legacy_untrusted=ext.get("untrusted_associations"))
     return Allowlist(
         targets={r: Target(**v) for r, v in found.items()},
-        untrusted_associations=frozenset(u.upper() for u in untrusted),
+        untrusted_associations=trust.untrusted_associations if trust.gating else frozenset(),
         extensions=extensions,
         rerun=rerun if extensions else "upstream",
         ignored_keys=ignored,
+        trust=trust,
+        commands=parse_commands_config(ext.get("commands"), set(found)),
     )
 
 

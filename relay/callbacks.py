@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from crcr.contracts.callback import CallbackBody
 from crcr.errors import ConfigError
 from crcr.store.jobs import CallbackLog
-from relay import checks, jobs, ratelimit
+from relay import checks, jobs, oncall, ratelimit
 from relay.oidc import AuthError, Identity, OidcVerifier
 
 log = logging.getLogger("crcr.relay.callbacks")
@@ -184,7 +184,9 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
         log.info("[e: %s] %s %s/%s/%s: %s -> %s", job.delivery_id, repo, job.run_id, job.run_attempt,
                  job.job_name, applied.previous, job.state)
         # GitHub hears about it after the answer, so a slow GitHub never slows the job
-        background: BackgroundTask | None = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
+        # (and, for a failed L3/L4 check, the PR's on-call comment: relay/oncall.py)
+        background: BackgroundTask | None = (BackgroundTask(oncall.push_and_ping, runtime, row.id)
+                                             if row is not None else None)
         if _failed_trunk_job(runtime, job):  # triage looks at the backend's trunk after the answer
             both = BackgroundTasks([background] if background is not None else [])
             both.add_task(_analyze_trunk, runtime, repo)

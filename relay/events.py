@@ -12,10 +12,11 @@ targets get a dispatch row, or why the event is ignored:
 - ``push``: every target, path filters applied to the commits' added/modified/removed;
 - everything else (other actions, other labels, other events): recorded as ignored.
 
-PRs whose author is untrusted (``author_association`` in the allowlist's
-``untrusted_associations``) go only to targets that opt in with ``untrusted: true``.
-That list is empty unless the allowlist has a ``crcr:`` section: a plain CRCR allowlist
-dispatches every author, as CRCR does.
+With trust gating on (any ``crcr:`` section; a plain CRCR allowlist dispatches every
+author, as CRCR does), PRs whose author is untrusted (``author_association`` in
+``untrusted_associations``) and that do not carry the approval label go only to
+targets that opt in with ``untrusted: true``; the others are ``skipped`` (intake
+stores them as ``awaiting`` approval, relay/approval.py).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def route(info: EventInfo, allow: Allowlist, *, upstream_repo: str) -> Route:
         candidates = list(allow)
     chosen = [t for t in candidates if t.wants_event(info.event, info.action) and t.wants_paths(info.changed_paths)]
     skipped: list[str] = []
-    if info.event == "pull_request" and (info.author_association or "").upper() in allow.untrusted_associations:
+    # trust gating (relay/trust.py): off for a plain CRCR allowlist; the approval label lifts it
+    if info.event == "pull_request" and allow.trust.author_untrusted(info.author_association, info.labels):
         skipped = [t.repo for t in chosen if not t.untrusted]
         chosen = [t for t in chosen if t.untrusted]
     if not chosen:

@@ -31,7 +31,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 
 from crcr.errors import ConfigError
 from crcr.logs import log_context
-from crcr.store.deliveries import Delivery, Dispatch, RejectedDelivery
+from crcr.store.deliveries import AWAITING, Delivery, Dispatch, RejectedDelivery
 from relay.events import EventInfo, describe, route
 from relay.rows import delivery_row, dispatch_rows
 from relay.runtime import Runtime
@@ -74,6 +74,7 @@ class Stored:
     dispatch_ids: list[int] = field(default_factory=list)
     reason: str | None = None
     hook: dict[str, Any] | None = None  # what a check-run hook did (a re-run), if anything
+    held: int = 0  # targets stored as awaiting approval (trust gating, relay/approval.py)
 
 
 @dataclass
@@ -114,6 +115,13 @@ def plan(runtime: Runtime, item: Incoming, now: dt.datetime) -> _Planned:
     delivery = delivery_row(delivery_id, event, info, payload=item.body.decode("utf-8", "replace"),
                             payload_bytes=len(item.body), now=now, targets=targets, reason=reason)
     rows = dispatch_rows(delivery_id, event, targets, now)
+    # targets held back by trust gating are stored as awaiting approval, never dropped (relay/approval.py)
+    held = [allowlist.targets[r] for r in result.skipped if r in allowlist.targets] \
+        if result is not None and allowlist is not None else []
+    if held:
+        rows += [{**r, "state": AWAITING} for r in dispatch_rows(delivery_id, event, held, now)]
+        if not targets:
+            delivery["status"] = "held"
     return _Planned(item, info, delivery, rows, reason)
 
 
@@ -144,9 +152,12 @@ def write(runtime: Runtime, planned: list[_Planned], rejected: list[Rejected], n
             inserted = set(conn.execute(stmt, [planned[i].delivery for i in first.values()]).scalars())
         rows = [r for i in first.values() if planned[i].item.delivery_id in inserted for r in planned[i].rows]
         if rows:
-            result = conn.execute(insert(Dispatch).returning(Dispatch.id, Dispatch.delivery_id), rows)
-            for row_id, delivery_id in result.all():
-                out[first[delivery_id]].dispatch_ids.append(row_id)
+            result = conn.execute(insert(Dispatch).returning(Dispatch.id, Dispatch.delivery_id, Dispatch.state), rows)
+            for row_id, delivery_id, state in result.all():
+                if state == AWAITING:  # held for approval: never enqueued
+                    out[first[delivery_id]].held += 1
+                else:
+                    out[first[delivery_id]].dispatch_ids.append(row_id)
         if rejected:
             conn.execute(insert(RejectedDelivery), [
                 {"delivery_id": r.delivery_id, "event": r.event, "status_code": r.status_code, "reason": r.reason,

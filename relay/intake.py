@@ -6,7 +6,8 @@ of concurrent requests together and answers each only after its commit.
 Answers: 400 no/odd signature or headers or bad JSON; 401 wrong signature; 413 body
 over ``CRCR_MAX_WEBHOOK_BYTES`` (checked on Content-Length and while streaming, so a
 large body is never buffered whole); 200 ping, duplicate delivery, or an event that
-is recorded as ignored; 202 with the delivery id when dispatch rows were created;
+is recorded as ignored, or held (trust gating: ``"status": "held"``, the targets stored as
+``awaiting`` approval); 202 with the delivery id when dispatch rows were created;
 503 when storage is down. A validly signed payload never causes a 5xx: anything
 unexpected while reading it is recorded as ignored with the reason. Every 400/401/413
 is logged with its reason and recorded in ``rejected_deliveries`` (rate-limited and
@@ -32,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from crcr.errors import ConfigError
 from crcr.logs import log_context
 from crcr.store.deliveries import ACCEPTED, Delivery, Dispatch
-from relay import checks
+from relay import checks, command_actions
 from relay.group_commit import GroupWriter, Incoming, Rejected, Stored
 from relay.runtime import Runtime
 
@@ -69,14 +70,19 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def wants_command_hook(stored: Stored) -> bool:
+    """PR comments (``/ci`` commands) and labels (the approval label) for relay.command_actions."""
+    return stored.event == "issue_comment" or (stored.event == "pull_request" and stored.info.action == "labeled")
+
+
 def hook_name(stored: Stored) -> str | None:
-    """The ``relay.checks`` hook a stored delivery needs, if any."""
+    """The hook a stored delivery needs, if any (``on_command``: relay.command_actions only)."""
     info = stored.info
     if stored.event == "pull_request" and info.action == "labeled" and (info.label or "").startswith("ciflow/crcr/"):
         return "on_device_label"
     if stored.event in ("check_run", "check_suite"):  # a re-run requested on a check (CRCR handles both)
         return "on_check_run"
-    return None
+    return "on_command" if wants_command_hook(stored) else None
 
 
 def after_store(runtime: Runtime, stored: Stored) -> dict[str, Any] | None:
@@ -86,7 +92,12 @@ def after_store(runtime: Runtime, stored: Stored) -> dict[str, Any] | None:
     """
     delivery_id = stored.delivery_id
     name = hook_name(stored)
-    if name is None:
+    if wants_command_hook(stored):
+        try:  # only queues a task: /ci commands never hold up GitHub's answer
+            command_actions.on_delivery(runtime, delivery_id, stored.event, stored.info)
+        except Exception:
+            log.exception("relay.command_actions failed for %s; the delivery is stored regardless", delivery_id)
+    if name is None or name == "on_command":
         return None
     fn: Callable[..., Any] = checks.on_device_label if name == "on_device_label" else checks.on_check_run
     try:
@@ -239,6 +250,12 @@ def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
             # 202 when a new dispatch was created; CRCR's Actions API re-run answers 200 as CRCR does
             return _answer(202 if "dispatch_id" in stored.hook else 200, delivery_id=stored.delivery_id,
                            **stored.hook)
+        if stored.held:
+            metrics.held.inc(stored.held)
+        if not stored.dispatch_ids and stored.held:  # trust gating: stored as awaiting approval
+            metrics.deliveries.labels(event, "held").inc()
+            log.info("%s held for approval: %s", event, stored.reason)
+            return _answer(200, status="held", delivery_id=stored.delivery_id, reason=stored.reason, held=stored.held)
         if not stored.dispatch_ids:
             metrics.deliveries.labels(event, "ignored").inc()
             log.info("%s recorded as ignored: %s", event, stored.reason)
@@ -246,4 +263,5 @@ def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
                            reason=stored.reason)
         metrics.deliveries.labels(event, "accepted").inc()
         log.info("%s.%s accepted: %d dispatch(es)", event, info.action, len(stored.dispatch_ids))
-        return _answer(202, status="accepted", delivery_id=stored.delivery_id, dispatches=len(stored.dispatch_ids))
+        return _answer(202, status="accepted", delivery_id=stored.delivery_id, dispatches=len(stored.dispatch_ids),
+                       **({"held": stored.held} if stored.held else {}))

@@ -34,6 +34,13 @@ class RelayMetrics:
         self.callbacks = Counter("crcr_callbacks", "Callbacks received, by outcome", ["outcome"], registry=r)
         self.queue_depth = Gauge("crcr_queue_depth", "Tasks waiting in the queue", registry=r)
         self.dispatch_rows = Gauge("crcr_dispatch_rows", "Dispatch rows by state", ["state"], registry=r)
+        # trust gating and /ci commands (relay/approval.py, relay/command_actions.py); the rows
+        # waiting right now are crcr_dispatch_rows{state="awaiting"}
+        self.held = Counter("crcr_held_targets", "Targets an untrusted PR was held back from (awaiting approval)",
+                            registry=r)
+        self.approvals = Counter("crcr_approvals", "Held targets released by approval, by how", ["via"], registry=r)
+        self.commands = Counter("crcr_commands", "PR comment commands, by command and outcome",
+                                ["command", "outcome"], registry=r)
         self._collectors: list[Callable[[], None]] = []
 
     def on_collect(self, fn: Callable[[], None]) -> None:

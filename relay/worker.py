@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from crcr.queue import enqueue_many, queue_depth
-from relay import checks, dispatch
+from relay import checks, command_actions, dispatch
 from relay.runtime import Runtime
 
 log = logging.getLogger("crcr.relay.worker")
@@ -100,6 +100,8 @@ class Tasks:
 def register_tasks(runtime: Runtime) -> Tasks:
     if runtime.tasks is None:
         runtime.tasks = Tasks(runtime)
+        # PR comment commands and approval labels (crcr.commands.handle), on every consumer
+        runtime.tasks.commands_task = command_actions.register(runtime)
     return runtime.tasks
 
 
@@ -143,6 +145,10 @@ class Sweeper:
                 log.warning("sweep failed", exc_info=True)
             # check runs whose push to GitHub was lost (process died, GitHub refused)
             checks.sweep(self.runtime)
+            try:  # /ci commands whose task was lost with its worker
+                command_actions.sweep(self.runtime)
+            except Exception:
+                log.warning("command sweep failed", exc_info=True)
 
     def start(self) -> None:
         self.thread.start()

@@ -11,9 +11,9 @@ from crcr.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Inspect and redeliver dispatches: one row per (delivery, target) with its state "
-                       "(pending, retrying, sent, dead), attempts and last error.")
+                       "(pending, retrying, sent, dead; awaiting approval, superseded, cancelled), attempts and last error.")
 
-STATES = ("pending", "retrying", "sent", "dead")
+STATES = ("pending", "retrying", "sent", "dead", "awaiting", "superseded", "cancelled")
 
 
 def _runtime():  # -> relay.runtime.Runtime

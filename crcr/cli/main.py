@@ -35,6 +35,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "select": ("crcr.cli.select", "Build, check, upgrade and refine per-backend test plans; pick tests for a PR."),
     "snpu": ("crcr.cli.snpu", "The simulated NPU: capabilities file and device information."),
     "triage": ("crcr.cli.triage", "Triage a backend's trunk failures: suspect commit, reruns, autorevert report."),
+    "commands": ("crcr.cli.commands", "PR comment commands (/ci ...) received and their outcomes."),
+    "held": ("crcr.cli.held", "Dispatches held back by trust gating, awaiting approval."),
+    "ingest": ("crcr.cli.ingest", "Poll an upstream repo without a GitHub App and feed the relay."),
 }
 
 

@@ -10,6 +10,9 @@ Dispatch states::
        |  \\--retriable failure--> retrying --ok--> sent
        |                              |--last attempt fails--> dead --redeliver--> pending
        \\--permanent failure (4xx)-----------------------------> dead
+
+    awaiting --approved (label or /ci run)--> pending;  awaiting --newer head SHA--> superseded
+    pending/retrying/awaiting --/ci cancel--> cancelled
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ PENDING = "pending"
 RETRYING = "retrying"
 SENT = "sent"
 DEAD = "dead"
-DISPATCH_STATES = (PENDING, RETRYING, SENT, DEAD)
+# trust gating (relay/trust.py): a target an untrusted PR did not go to waits for approval;
+# approval moves it to pending (once), a newer head SHA supersedes it, /ci cancel cancels it
+AWAITING = "awaiting"
+SUPERSEDED = "superseded"
+CANCELLED = "cancelled"
+DISPATCH_STATES = (PENDING, RETRYING, SENT, DEAD, AWAITING, SUPERSEDED, CANCELLED)
 OPEN_STATES = (PENDING, RETRYING)
 
 # delivery statuses

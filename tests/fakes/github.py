@@ -1,7 +1,8 @@
 """A local GitHub REST server for tests: real HTTP on 127.0.0.1, driven by PyGithub.
 
 Implements what crcr calls (installation lookup, installation tokens, repository
-dispatches, check runs, commits, issues and issue comments), checks App JWTs (RS256, ``iss`` = app id as a
+dispatches, check runs, commits, issues and issue comments; for PR commands: reactions, labels,
+collaborator permission, the pull request's head and diff, cancelling Actions runs), checks App JWTs (RS256, ``iss`` = app id as a
 string, ``iat``/``exp`` rules) and installation tokens like GitHub does, records
 every request, and injects faults per route::
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import itertools
 import json
 import re
@@ -81,6 +83,14 @@ class _State:
     tokens: dict[str, tuple[int, float]] = field(default_factory=dict)  # token -> (installation, expires)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    reactions: list[tuple[str, int, str]] = field(default_factory=list)  # (repo, comment id, content)
+    labels: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    permissions: dict[tuple[str, str], str] = field(default_factory=dict)  # (repo, login lower) -> role_name
+    pulls: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)  # -> {"sha", "diff"}
+    runs: dict[tuple[str, int], str] = field(default_factory=dict)  # (repo, run id) -> in_progress | completed
+    cancelled_runs: list[tuple[str, int]] = field(default_factory=list)
+    branches: dict[tuple[str, str], str] = field(default_factory=dict)
+    compares: dict[tuple[str, str, str], list[str]] = field(default_factory=dict)
     files: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (repo, path, ref) -> text
     suites: dict[tuple[str, str], int] = field(default_factory=dict)  # (repo, head_sha) -> check suite id
     # issues and pull requests by (repo, number) (a PR is an issue with `pull_request`), and their comments
@@ -114,6 +124,8 @@ class FakeGitHub:
         self.default_installation = default_installation
         self.token_ttl_s = token_ttl_s
         self.latency_s = 0.0
+        self.rate_remaining = 4999  # X-RateLimit-Remaining on every answer (tests lower it)
+        self.rate_reset: float | None = None  # X-RateLimit-Reset (default: an hour ahead)
         self.in_flight = 0
         self.max_in_flight = 0  # most requests being served at once (shows parallel fan-out)
         self.state = _State()
@@ -176,6 +188,38 @@ class FakeGitHub:
     def add_commit(self, repo: str, sha: str) -> None:
         with self._lock:
             self.state.commits[(repo, sha)] = {"sha": sha}
+
+    def set_permission(self, repo: str, login: str, role: str) -> None:
+        """``role``: admin, maintain, write, triage, read or none (unknown users: none)."""
+        with self._lock:
+            self.state.permissions[(repo, login.lower())] = role
+
+    def set_pull(self, repo: str, number: int, head_sha: str, diff: str = "", *, association: str = "MEMBER",
+                 labels: list[str] | None = None, author: str = "author") -> None:
+        with self._lock:
+            self.state.pulls[(repo, number)] = {"sha": head_sha, "diff": diff, "association": association,
+                                                "labels": list(labels or []), "author": author,
+                                                "updated": next(self._ids)}
+
+    def set_branch(self, repo: str, branch: str, sha: str, *, files: list[str] | None = None) -> None:
+        """Move ``branch`` to ``sha``; ``files`` are what the compare from the old head lists."""
+        with self._lock:
+            old = self.state.branches.get((repo, branch))
+            self.state.branches[(repo, branch)] = sha
+            if old is not None:
+                self.state.compares[(repo, old, sha)] = list(files or [])
+
+    def set_run(self, repo: str, run_id: int, status: str = "in_progress") -> None:
+        with self._lock:
+            self.state.runs[(repo, run_id)] = status
+
+    def comments_on(self, repo: str, number: int) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(c) for c in self.state.comments if c["repo"] == repo and c["number"] == number]
+
+    def reactions_on(self, repo: str, comment_id: int) -> list[str]:
+        with self._lock:
+            return [c for r, i, c in self.state.reactions if r == repo and i == comment_id]
 
     # ---- what happened -----------------------------------------------------------------
     def add_file(self, repo: str, path: str, text: str, *, ref: str = "main") -> None:
@@ -262,6 +306,15 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/\d+/comments|issues/comments/.+|issues/\d+/labels|collaborators/.+|pulls"
+                         r"|pulls/\d+|actions/runs/\d+/cancel|branches/.+|compare/.+)", path)
+        if m:
+            inst = self._check_token(auth)
+            if inst is None:
+                return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+            if self._installation_for(f"{m[1]}/{m[2]}") != inst:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            return self._conversation(method, f"{m[1]}/{m[2]}", m[3], headers, body)
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/contents/(.+)", path)
         if m and method == "GET":  # public repos: no token needed
             ref = dict(p.split("=", 1) for p in headers.get(":query", "").split("&") if "=" in p).get("ref", "main")
@@ -323,6 +376,137 @@ class FakeGitHub:
             return 200, {}, self._commit(repo, m[5])
         return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 
+    def _conversation(self, method: str, repo: str, rest: str, headers: dict[str, str],
+                      body: Any) -> tuple[int, dict[str, str], Any]:
+        """Issue comments, reactions, labels, permissions, pulls and run cancels of ``repo``."""
+        missing = (404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"})
+        invalid = (422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest",
+                             "errors": []})
+        now = _iso(time.time())
+        if (m := re.fullmatch(r"issues/(\d+)/comments", rest)) and method == "POST":
+            if not isinstance(body, dict) or not isinstance(body.get("body"), str) or len(body["body"]) > 65536:
+                return invalid
+            with self._lock:
+                planted = (repo, int(m[1])) in self.state.issues
+            if planted:  # an issue a test planted: its comment count goes up too
+                return self._issues(method, repo, int(m[1]), True, headers.get("authorization", ""), body)
+            cid = next(self._ids)
+            comment = self._comment(repo, int(m[1]), cid, body["body"], now)
+            with self._lock:
+                self.state.comments.append(comment)
+            return 201, {}, self._comment_view(comment)
+        if (m := re.fullmatch(r"issues/comments/(\d+)", rest)) and method == "PATCH":
+            if not isinstance(body, dict) or not isinstance(body.get("body"), str) or len(body["body"]) > 65536:
+                return invalid
+            with self._lock:
+                comment = next((c for c in self.state.comments if c["id"] == int(m[1])), None)
+                if comment is None or comment["repo"] != repo:
+                    return missing
+                comment["body"], comment["updated_at"] = body["body"], now
+                comment["edits"] = comment.get("edits", 0) + 1
+                return 200, {}, self._comment_view(comment)
+        if (m := re.fullmatch(r"issues/comments/(\d+)/reactions", rest)) and method == "POST":
+            content = body.get("content") if isinstance(body, dict) else None
+            if content not in ("+1", "-1", "laugh", "confused", "heart", "hooray", "rocket", "eyes"):
+                return invalid
+            with self._lock:
+                key = (repo, int(m[1]), content)
+                again = key in self.state.reactions
+                if not again:
+                    self.state.reactions.append(key)
+            rid = next(self._ids)
+            return (200 if again else 201), {}, {"id": rid, "node_id": f"REA_{rid}", "content": content,
+                                                  "user": _user("crcr-test[bot]", 77, "Bot"), "created_at": now}
+        if (m := re.fullmatch(r"issues/(\d+)/labels", rest)) and method == "POST":
+            names = body.get("labels") if isinstance(body, dict) else body
+            if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+                return invalid
+            with self._lock:
+                have = self.state.labels.setdefault((repo, int(m[1])), [])
+                have.extend(n for n in names if n not in have)
+                current = list(have)
+            return 200, {}, [{"id": 7000 + i, "node_id": f"LA_{i}", "url": f"{self.url}/repos/{repo}/labels/{n}",
+                              "name": n, "description": None, "color": "ededed", "default": False}
+                             for i, n in enumerate(current)]
+        if (m := re.fullmatch(r"collaborators/([^/]+)/permission", rest)) and method == "GET":
+            login = m[1]
+            with self._lock:
+                role = self.state.permissions.get((repo, login.lower()), "none")
+            folded = {"maintain": "write", "triage": "read"}.get(role, role)
+            user = {**_user(login, 5000 + len(login), "User"), "role_name": role,
+                    "permissions": {"admin": role == "admin", "maintain": role in ("admin", "maintain"),
+                                    "push": folded in ("admin", "write"), "triage": role != "none",
+                                    "pull": role != "none"}}
+            return 200, {}, {"permission": folded, "role_name": role, "user": user}
+        if rest in ("pulls",) or rest.startswith(("branches/", "compare/")):
+            if method != "GET":
+                return missing
+            status, payload = self._polled(repo, rest)
+            if status != 200:
+                return status, {}, payload
+            etag = '"' + hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32] + '"'
+            if headers.get("if-none-match") == etag:
+                return 304, {"ETag": etag}, None  # GitHub: a 304 does not count against the rate limit
+            return 200, {"ETag": etag}, payload
+        if (m := re.fullmatch(r"pulls/(\d+)", rest)) and method == "GET":
+            with self._lock:
+                pull = self.state.pulls.get((repo, int(m[1])))
+            if pull is None:
+                return missing
+            if "diff" in headers.get("accept", ""):
+                return 200, {"Content-Type": "text/x-diff"}, pull["diff"]
+            # the fields crcr reads (GitHub's full pull-request object is much larger)
+            return 200, {}, {"number": int(m[1]), "state": "open", "head": {"sha": pull["sha"], "ref": "feature"},
+                             "base": {"ref": "main"}}
+        if (m := re.fullmatch(r"actions/runs/(\d+)/cancel", rest)) and method == "POST":
+            key = (repo, int(m[1]))
+            with self._lock:
+                status = self.state.runs.get(key)
+                if status is None:
+                    return missing
+                if status == "completed":
+                    return 409, {}, {"message": "Cannot cancel a workflow run that is completed.",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                self.state.runs[key] = "completed"
+                self.state.cancelled_runs.append(key)
+            return 202, {}, {}
+        return missing
+
+    def _polled(self, repo: str, rest: str) -> tuple[int, Any]:
+        """Bodies of the endpoints ``crcr ingest poll`` reads (the fields crcr uses)."""
+        with self._lock:
+            if rest == "pulls":
+                items = sorted(((n, p) for (r, n), p in self.state.pulls.items() if r == repo),
+                               key=lambda x: x[1]["updated"], reverse=True)
+                return 200, [{"number": n, "state": "open", "title": f"PR {n}", "author_association": p["association"],
+                              "user": {"login": p["author"], "id": 5000 + n, "type": "User"},
+                              "labels": [{"name": label} for label in p["labels"]],
+                              "head": {"sha": p["sha"], "ref": f"pr-{n}"}, "base": {"ref": "main"},
+                              "html_url": f"https://github.com/{repo}/pull/{n}"} for n, p in items]
+            if rest.startswith("branches/"):
+                sha = self.state.branches.get((repo, rest[len("branches/"):]))
+                if sha is None:
+                    return 404, {"message": "Branch not found", "documentation_url": "https://docs.github.com/rest"}
+                return 200, {"name": rest[len("branches/"):], "commit": {"sha": sha}, "protected": True}
+            m = re.fullmatch(r"compare/([0-9a-f]+)\.\.\.([0-9a-f]+)", rest)
+            files = self.state.compares.get((repo, m[1], m[2])) if m else None
+            if files is None:
+                return 404, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            return 200, {"status": "ahead", "total_commits": 1,
+                         "commits": [{"sha": m[2], "commit": {"message": "a trunk commit"}}],
+                         "files": [{"filename": f, "status": "modified"} for f in files]}
+
+    def _comment(self, repo: str, number: int, cid: int, text: str, now: str) -> dict[str, Any]:
+        return {"repo": repo, "number": number, "id": cid, "body": text, "created_at": now, "updated_at": now,
+                "user": _user("crcr-test[bot]", 77, "Bot")}
+
+    def _comment_view(self, c: dict[str, Any]) -> dict[str, Any]:
+        repo, cid = c["repo"], c["id"]
+        return {"id": cid, "node_id": f"IC_{cid}", "url": f"{self.url}/repos/{repo}/issues/comments/{cid}",
+                "html_url": f"https://github.com/{repo}/pull/{c['number']}#issuecomment-{cid}",
+                "issue_url": f"{self.url}/repos/{repo}/issues/{c['number']}", "body": c["body"], "user": c["user"],
+                "created_at": c["created_at"], "updated_at": c["updated_at"], "author_association": "NONE",
+                "performed_via_github_app": None}
     def add_issue(self, repo: str, number: int, *, title: str = "a PR", labels: list[str] | None = None,
                   pull_request: bool = True) -> dict[str, Any]:
         """Plant an issue or PR (``labels`` by name) that crcr may read and comment on."""
@@ -549,13 +733,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, extra, payload, rec)
 
     def _send(self, status: int, extra: dict[str, str], payload: Any, rec: Recorded) -> None:
-        data = b"" if payload is None else json.dumps(payload).encode()
+        data = b"" if payload is None else (payload.encode() if isinstance(payload, str) else json.dumps(payload).encode())
         self.send_response(status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", extra.pop("Content-Type", "application/json; charset=utf-8"))
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-GitHub-Request-Id", f"FAKE:{id(rec):x}")
         self.send_header("X-RateLimit-Limit", "5000")
-        self.send_header("X-RateLimit-Remaining", "4999")
+        self.send_header("X-RateLimit-Remaining", str(self.fake.rate_remaining))
+        self.send_header("X-RateLimit-Reset", str(int(self.fake.rate_reset or time.time() + 3600)))
         for k, v in extra.items():
             self.send_header(k, v)
         self.end_headers()

@@ -116,3 +116,47 @@ def test_faults_latency_status_drop_and_lost_response(fake_github):
     # a lost response did the work (status recorded) but never answered
     lost = gh.calls("GET")[2]
     assert lost.status == 200 and not lost.responded
+
+
+def _token_headers(gh) -> dict[str, str]:
+    h = {"Authorization": f"Bearer {_app_jwt(gh)}"}
+    token = requests.post(f"{gh.url}/app/installations/1/access_tokens", headers=h, timeout=5).json()["token"]
+    return {"Authorization": f"token {token}"}
+
+
+def test_pr_conversation_endpoints_answer_as_documented(fake_github):
+    """Comments, reactions, labels, collaborator permission and run cancels (the /ci commands' calls)."""
+    gh = fake_github
+    th = _token_headers(gh)
+    base = f"{gh.url}/repos/pytorch/pytorch"
+    req = SPEC["operations"]["POST /repos/{owner}/{repo}/issues/{issue_number}/comments"]["request"]
+    Draft202012Validator(req).validate({"body": "hello"})
+    r = requests.post(f"{base}/issues/7/comments", json={"body": "hello"}, headers=th, timeout=5)
+    validate("POST /repos/{owner}/{repo}/issues/{issue_number}/comments", r.status_code, r.json())
+    cid = r.json()["id"]
+    r = requests.patch(f"{base}/issues/comments/{cid}", json={"body": "edited"}, headers=th, timeout=5)
+    validate("PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}", r.status_code, r.json())
+    assert r.json()["body"] == "edited"
+    r = requests.patch(f"{base}/issues/comments/{cid}", json={"nobody": 1}, headers=th, timeout=5)
+    validate("PATCH /repos/{owner}/{repo}/issues/comments/{comment_id}", r.status_code, r.json())
+    for expected in (201, 200):  # the same reaction twice: 200 the second time
+        r = requests.post(f"{base}/issues/comments/{cid}/reactions", json={"content": "eyes"}, headers=th, timeout=5)
+        assert r.status_code == expected
+        validate("POST /repos/{owner}/{repo}/issues/comments/{comment_id}/reactions", r.status_code, r.json())
+    r = requests.post(f"{base}/issues/comments/{cid}/reactions", json={"content": "party"}, headers=th, timeout=5)
+    validate("POST /repos/{owner}/{repo}/issues/comments/{comment_id}/reactions", r.status_code, r.json())
+    assert r.status_code == 422
+    r = requests.post(f"{base}/issues/7/labels", json={"labels": ["crcr/ok-to-test"]}, headers=th, timeout=5)
+    validate("POST /repos/{owner}/{repo}/issues/{issue_number}/labels", r.status_code, r.json())
+    for role, folded in (("maintain", "write"), ("triage", "read"), ("admin", "admin"), ("none", "none")):
+        gh.set_permission("pytorch/pytorch", f"u-{role}", role)
+        r = requests.get(f"{base}/collaborators/u-{role}/permission", headers=th, timeout=5)
+        validate("GET /repos/{owner}/{repo}/collaborators/{username}/permission", r.status_code, r.json())
+        assert (r.json()["permission"], r.json()["role_name"]) == (folded, role)
+    gh.set_run("org/l4", 55)
+    r = requests.post(f"{gh.url}/repos/org/l4/actions/runs/55/cancel", headers=th, timeout=5)
+    validate("POST /repos/{owner}/{repo}/actions/runs/{run_id}/cancel", r.status_code, r.json())
+    assert r.status_code == 202
+    r = requests.post(f"{gh.url}/repos/org/l4/actions/runs/55/cancel", headers=th, timeout=5)
+    validate("POST /repos/{owner}/{repo}/actions/runs/{run_id}/cancel", r.status_code, r.json())
+    assert r.status_code == 409

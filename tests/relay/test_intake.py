@@ -139,7 +139,10 @@ def test_untrusted_author_reaches_only_targets_that_opt_in(relay):
     client, runtime = relay
     r = post_webhook(client, "pull_request", pr_payload(association="FIRST_TIME_CONTRIBUTOR"), delivery="u")
     assert r.status_code == 202
-    assert [x.target for x in rows(runtime, "u")] == ["org/l4"]
+    assert [x.target for x in rows(runtime, "u") if x.state != "awaiting"] == ["org/l4"]
+    # the others are held for approval, never dropped (relay/approval.py)
+    assert [x.target for x in rows(runtime, "u") if x.state == "awaiting"] == ["org/l2", "org/l3"]
+    assert r.json()["held"] == 2
     assert "untrusted author" in delivery(runtime, "u").ignored_reason
 
 
