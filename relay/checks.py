@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from crcr.fileio import atomic_write_text
 from crcr.github.checks import (
     CONCLUSIONS,
     MAX_SUMMARY_CHARS,
@@ -201,8 +202,13 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
     same_version = (CheckRun.id == row.id) & (CheckRun.updated_at == seen)
     error: str | None = None
     try:
-        gh = runtime.github().client_for_repo(row.upstream_repo)
-        if row.github_id is None:
+        if getattr(runtime.settings, "check_sink", "github") == "local":
+            _write_local(runtime, row, status=status, conclusion=conclusion, output=output, actions=actions)
+            if row.github_id is None:
+                session.execute(update(CheckRun).where(CheckRun.id == row.id, CheckRun.github_id.is_(None))
+                                .values(github_id=row.id, updated_at=CheckRun.updated_at))
+        elif row.github_id is None:
+            gh = runtime.github().client_for_repo(row.upstream_repo)
             new_id = create_check_run(
                 gh, row.upstream_repo, name=row.name, head_sha=row.head_sha, status=status,
                 external_id=job.run_id, details_url=_https(job.url), output=output, conclusion=conclusion,
@@ -211,6 +217,7 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
             session.execute(update(CheckRun).where(CheckRun.id == row.id, CheckRun.github_id.is_(None))
                             .values(github_id=new_id, updated_at=CheckRun.updated_at))
         else:
+            gh = runtime.github().client_for_repo(row.upstream_repo)
             update_check_run(gh, row.upstream_repo, row.github_id, status=status, output=output,
                              details_url=_https(job.url), conclusion=conclusion, actions=actions)
     except CheckRunError as exc:
@@ -225,6 +232,21 @@ def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
             synced=True, last_error=None, status=status, conclusion=conclusion, updated_at=seen))
     session.refresh(row)
     return error is None
+
+
+def _write_local(runtime: Any, row: CheckRun, *, status: str, conclusion: str | None, output: CheckOutput,
+                 actions: list[dict[str, str]]) -> None:
+    """The local check sink (``CRCR_CHECK_SINK=local``): the check run GitHub would get, as a JSON file."""
+    record = {"id": row.id, "name": row.name, "repository": row.upstream_repo, "head_sha": row.head_sha,
+              "status": status, "conclusion": conclusion, "external_id": row.job.run_id,
+              "output": {"title": output.title, "summary": output.summary},
+              "actions": actions, "job_id": row.job_id, "written_at": utcnow().isoformat()}
+    atomic_write_text(local_check_path(runtime.settings.data_dir, row.id),
+                      json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def local_check_path(data_dir: Any, row_id: int) -> Any:
+    return data_dir / "checks" / f"check-run-{int(row_id)}.json"
 
 
 def plan_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
