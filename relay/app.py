@@ -3,7 +3,7 @@
 ``create_app(settings)`` builds the app; its lifespan migrates the database, registers
 the worker tasks and (for ``crcr serve``) runs an in-process Huey consumer and the
 sweeper. Routers: intake (``/webhook``), callbacks (``/callback``), results
-(``/results``), health (``/livez``, ``/readyz``, ``/metrics``). Shared dependencies are
+(``/results``), health (``/livez``, ``/readyz``, ``/metrics``), dashboard (``/dashboard``). Shared dependencies are
 in ``relay.deps``.
 """
 
@@ -20,6 +20,7 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, results
+from relay.dashboard import pages as dashboard
 from relay.runtime import Runtime, webhook_secret
 from relay.worker import Sweeper, register_tasks
 
@@ -63,4 +64,5 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     app.include_router(callbacks.router)
     app.include_router(results.router)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
     return app

@@ -206,7 +206,8 @@ def demo(
     secret = uuid.uuid4().hex.encode()
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    summary: dict[str, Any] = {"data_dir": str(data), "relay": url, "upstream_git": str(hist.path)}
+    summary: dict[str, Any] = {"data_dir": str(data), "relay": url, "dashboard": url + "/dashboard",
+                               "upstream_git": str(hist.path)}
     with ExitStack() as stack:
         issuer = stack.enter_context(LocalIssuer(repository=BACKEND))
         serve_env = {**env, **issuer.job_environment(), "CRCR_ALLOWLIST": str(allowlist),
@@ -248,7 +249,7 @@ def demo(
             json_out.write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
         print_summary(console, summary, hist)
         if serve:
-            console.print(f"\nrelay up at [bold]{url}[/] (Ctrl-C stops it)")
+            console.print(f"\ndashboard: [bold]{url}/dashboard[/] (JSON: {url}/dashboard.json); Ctrl-C stops the relay")
             try:
                 while proc.poll() is None:
                     time.sleep(1)
@@ -351,3 +352,4 @@ def print_summary(console: Any, summary: dict[str, Any], hist: Any) -> None:
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())
     console.print(f"timings: {timings}")
     console.print(f"data: {summary['data_dir']} (relay log relay.log, check runs checks/, summary demo-summary.json)")
+    console.print(f"dashboard: {summary['dashboard']} while the relay runs (crcr demo --serve keeps it up)")
