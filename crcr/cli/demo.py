@@ -34,6 +34,10 @@ DEMO_SKIP = """  - id: TestCommonPRIVATEUSE1::test_dtypes_.*_snpu
     mode: skip
     reason: "crcr demo: test_dtypes compares OpInfo dtype claims with snpu's; they already differ at the demo's base commit"
     source: reviewer
+  - id: TestCommonPRIVATEUSE1::test_out_matches_functional_ones_snpu_float32
+    mode: xfail
+    reason: "crcr demo: aten::ones.out is not implemented on snpu, yet the committed plan runs this test (fails at the base commit too)"
+    source: reviewer
 """
 
 

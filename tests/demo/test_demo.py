@@ -64,7 +64,7 @@ def test_the_pr_is_dispatched_run_reported_and_checked(demo: dict) -> None:
     assert (job_state, conclusion, failed) == ("completed", "success", 0)
     assert passed > 10
     # both callbacks came in over HTTP with a verified token from the demo's issuer
-    outcomes = [r[0] for r in db.execute("select status from callback_log where delivery_id = ? and outcome = 'accepted'"
+    outcomes = [r[0] for r in db.execute("select status from callback_log where delivery_id = ? and kind = 'callback' and outcome = 'accepted'"
                                          " order by id", (delivery,))]
     assert outcomes == ["in_progress", "completed"]
     counts, upstream_sha = db.execute("select counts, upstream_sha from results_uploads where job_id = ?", (job_id,)).fetchone()
