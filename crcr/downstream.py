@@ -151,6 +151,21 @@ def ensure_inventory(p: Pipeline, env: dict[str, str], say: Callable[[str], None
     return path
 
 
+HISTORY_RUNS = 10
+
+
+def previous_results(p: Pipeline, *, exclude: Path) -> list[Path]:
+    """Results of this backend's newest earlier runs here: the pick's failure history.
+
+    A backend's CI keeps its past results (artifacts); here they are the earlier runs in
+    the data dir. Without them a rerun of an older commit (triage's bisection) would pick
+    only over its own small diff and skip the very tests that failed.
+    """
+    root = p.data_dir / "downstream" / "runs" / _SAFE.sub("_", p.backend)[:40]
+    found = [r for r in root.glob("*/*/results.json") if exclude not in r.parents]
+    return sorted(found, key=lambda r: r.stat().st_mtime, reverse=True)[:HISTORY_RUNS]
+
+
 def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Test one dispatch for real and report it; returns the summary also written to ``summary.json``.
 
@@ -189,6 +204,8 @@ def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None]
         pick_args += ["--pr", str(commits.pr_number)]
     if p.budget_s is not None:
         pick_args += ["--budget", str(p.budget_s)]
+    for previous in previous_results(p, exclude=work):
+        pick_args += ["--history", str(previous)]  # tests that failed before stay picked (reruns, bisection)
     steps.run("pick", _crcr(*pick_args))
     picked = json.loads(pick_path.read_text(encoding="utf-8")).get("tests") or []
     if not picked:

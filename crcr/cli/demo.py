@@ -240,7 +240,8 @@ def demo(
                            **phases.run("push", "push: dispatch -> pick -> run -> report", _wait_dispatch, engine,
                                         push_delivery, console, "push", timeout)}
         if _triage_available():
-            summary["triage"] = phases.run("triage", "triage: analyze the trunk failure", _triage, data, env)
+            summary["triage"] = phases.run("triage", "triage: analyze, bisect with real reruns, report", _triage, data,
+                                           env, engine, console, timeout, len(hist.trunk))
         else:
             summary["triage"] = {"available": False,
                                  "note": "crcr triage is not in this build: the trunk failure is not bisected"}
@@ -271,13 +272,67 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _triage(data: Path, env: dict[str, str]) -> dict[str, Any]:
+def _triage(data: Path, env: dict[str, str], engine: Any, console: Any, timeout_s: float, commits: int) -> dict[str, Any]:
+    """``crcr triage analyze --request-reruns`` until it asks for nothing more, then ``crcr triage report``.
+
+    Its rerun requests are rows the relay turns into push dispatches of single commits;
+    the local target runs each for real, so the bisection executes the intermediate
+    commits' code. At most ceil(log2 N) + 1 rounds.
+    """
+    import math
+
     out = data / "triage"
     out.mkdir(exist_ok=True)
-    proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND), env=env, capture_output=True, text=True,
-                          check=False)
-    (out / "analyze.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    return {"available": True, "exit": proc.returncode, "log": str(out / "analyze.log")}
+    triage_env = {**env, "CRCR_DATABASE_URL": f"sqlite:///{data / 'crcr.db'}"}
+    rounds: list[dict[str, Any]] = []
+    requested_total = 0
+    verdict: dict[str, Any] = {}
+    for n in range(1, math.ceil(math.log2(max(2, commits))) + 2):
+        proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND, "--request-reruns", "--json", "-"),
+                              env=triage_env, capture_output=True, text=True, check=False)
+        (out / f"analyze-{n}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        if proc.returncode != 0:
+            return {"available": True, "error": f"crcr triage analyze exited {proc.returncode}",
+                    "log": str(out / f"analyze-{n}.log"), "rounds": rounds}
+        verdict = json.loads(proc.stdout)
+        requested = list(verdict.get("requested") or [])
+        rounds.append({"round": n, "kind": verdict.get("kind"), "action": verdict.get("action"),
+                       "requested": requested})
+        console.print(f"  triage round {n}: {verdict.get('kind')} -> {verdict.get('action')}"
+                      + (f"; reruns requested at {len(requested)} commit(s)" if requested else ""))
+        if not requested:
+            break
+        requested_total += len(requested)
+        _wait_reruns(engine, requested_total, console, timeout_s)
+    proc = subprocess.run(_crcr("triage", "report", "--backend", BACKEND, "--out", str(out)), env=triage_env,
+                          capture_output=True, text=True, check=False)
+    (out / "report.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    return {"available": True, "verdict": verdict, "rounds": rounds, "reruns": requested_total,
+            "report": str(out / "triage-report.md"), "verdict_json": str(out / "triage-verdict.json"),
+            "report_exit": proc.returncode}
+
+
+def _wait_reruns(engine: Any, expected: int, console: Any, timeout_s: float) -> None:
+    """Until the relay has dispatched ``expected`` triage reruns and every one of them has finished."""
+    from sqlalchemy import func, select
+    from sqlalchemy.orm import Session
+
+    from crcr.errors import ExternalError
+    from crcr.store.deliveries import Dispatch
+
+    deadline = time.monotonic() + timeout_s
+    with console.status("[bold]triage[/]: reruns running") as status:
+        while time.monotonic() < deadline:
+            with Session(engine) as s:
+                rows = s.execute(select(Dispatch.state, func.count()).where(Dispatch.delivery_id.contains("/rerun/"))
+                                 .group_by(Dispatch.state)).all()
+            states = dict(rows)
+            done = states.get("sent", 0) + states.get("dead", 0)
+            status.update(f"[bold]triage[/]: reruns {done}/{expected} finished ({states or 'none dispatched yet'})")
+            if done >= expected and sum(states.values()) == done:
+                return
+            time.sleep(1)
+    raise ExternalError(f"triage's reruns did not finish within {timeout_s:.0f}s")
 
 
 def collect(engine: Any, data: Path, hist: Any) -> dict[str, Any]:
@@ -352,7 +407,18 @@ def print_summary(console: Any, summary: dict[str, Any], hist: Any) -> None:
     if failed:
         console.print(f"[red]{len(failed)} failing tests[/] on trunk, e.g. {failed[0]}")
     console.print(f"culprit planted by the demo: {hist.culprit.sha[:10]} {hist.culprit.title!r}")
-    console.print(f"triage: {summary['triage'].get('note') or summary['triage']}")
+    triage = summary["triage"]
+    if not triage.get("available"):
+        console.print(f"triage: {triage['note']}")
+    elif triage.get("error"):
+        console.print(f"[red]triage failed[/]: {triage['error']} (see {triage['log']})")
+    else:
+        v = triage["verdict"]
+        suspect = v.get("suspect") or {}
+        found = "[green]the planted culprit[/]" if suspect.get("sha") == hist.culprit.sha else "[yellow]not the planted culprit[/]"
+        console.print(f"triage: {v.get('kind')} -> {v.get('action')} (confidence {v.get('confidence')}); "
+                      f"suspect {(suspect.get('sha') or '-')[:10]} {found}; {triage['reruns']} rerun(s) in "
+                      f"{len(triage['rounds'])} round(s); report {triage['report']}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())
     console.print(f"timings: {timings}")
     console.print(f"data: {summary['data_dir']} (relay log relay.log, check runs checks/, summary demo-summary.json)")

@@ -53,7 +53,7 @@ def grid_json(request: Request, page: int = Query(1, ge=1), rows: int = Query(qu
 def grid_html(request: Request, page: int = Query(1, ge=1), rows: int = Query(queries.PAGE_ROWS, ge=1, le=200)) -> HTMLResponse:
     with _sessions(request) as s:
         data = queries.grid(s, page=page, rows=rows)
-    head = "".join(f"<th>{_h(b)}</th>" for b in data["backends"])
+    head = "".join(f"<th><a href='/dashboard/backends/{_h(b)}'>{_h(b)}</a></th>" for b in data["backends"])
     lines = []
     for row in data["rows"]:
         if row["kind"] == "pr":
@@ -129,13 +129,45 @@ def job_html(request: Request, job_id: int) -> HTMLResponse:
         f" (synced: {_h(check['synced'])})</p>")
     failed = "".join(f"<li><code>{_h(t)}</code></li>" for t in data["failed_tests"][:200])
     tests = "".join(f"<tr data-outcome='{_h(t['outcome'])}'><td><code>{_h(t['id'])}</code></td><td>{_h(t['outcome'])}</td>"
-                    f"<td>{_h(t['duration_s'])}</td><td>{_h(t['reason'] or t['error_class'])}</td></tr>" for t in data["tests"])
+                    f"<td>{_h(t['duration_s'])}</td><td>{_h(t['plan_mode'])}: {_h(t['plan_reason'] or t['error_class'] or '')}</td></tr>"
+                    for t in data["tests"])
     results = data["results"]
     body = (f"<table data-testid='job-facts'>{facts}</table>{check_html}"
             f"<h2>failed tests ({len(data['failed_tests'])})</h2><ul>{failed}</ul>"
             f"<h2 id='results'>results upload {_h(results and results['id'])}: {_h(results and results['counts'])}</h2>"
-            f"<table data-testid='results'><tr><th>test</th><th>outcome</th><th>seconds</th><th>reason</th></tr>{tests}</table>")
+            f"<table data-testid='results'><tr><th>test</th><th>outcome</th><th>seconds</th><th>plan: reason</th></tr>{tests}</table>")
     cell = data["cell"]
     title = f"job {job_id}: {data['repo']} {data['conclusion'] or data['state']}"
     return _page(title, f"<p data-testid='job-state' data-state='{_h(cell)}'>{_h(cell)}</p>" + body,
                  f"/dashboard/jobs/{job_id}.json")
+
+
+@router.get("/dashboard/backends/{owner}/{name}.json")
+def backend_json(request: Request, owner: str, name: str) -> JSONResponse:
+    with _sessions(request) as s:
+        return JSONResponse(queries.backend_page(s, f"{owner}/{name}"))
+
+
+@router.get("/dashboard/backends/{owner}/{name}", response_class=HTMLResponse)
+def backend_html(request: Request, owner: str, name: str) -> HTMLResponse:
+    repo = f"{owner}/{name}"
+    with _sessions(request) as s:
+        data = queries.backend_page(s, repo)
+    jobs = "".join(
+        f"<tr>{_cell(j['cell'], j['cell'], j['href'], 'job-' + str(j['id']))}<td>{_h(j['event_type'])}</td>"
+        f"<td>{_h(j['pr_number'])}</td><td><code>{_h((j['head_sha'] or '')[:10])}</code></td>"
+        f"<td>{_h(j['passed'])}</td><td>{_h(j['failed'])}</td></tr>" for j in data["jobs"])
+    plan = data["plan_from_results"]
+    if plan is None:
+        plan_html = "<p>no results uploaded yet: the plan summary comes from the newest results upload</p>"
+    else:
+        rows = "".join(f"<tr data-mode='{_h(r['mode'])}'><td>{_h(r['mode'])}</td><td>{_h(r['reason'])}</td>"
+                       f"<td>{_h(r['tests'])}</td><td>{_h(r['outcomes'])}</td><td>{_h(r['example'])}</td></tr>"
+                       for r in plan["rows"])
+        plan_html = (f"<p>from results upload {_h(plan['results_upload'])} (job {_h(plan['job_id'])}, upstream "
+                     f"<code>{_h((plan['upstream_sha'] or '')[:10])}</code>)</p><table data-testid='plan'><tr><th>mode</th>"
+                     f"<th>reason</th><th>tests</th><th>outcomes</th><th>example</th></tr>{rows}</table>")
+    body = (f"<h2>plan by mode and reason</h2>{plan_html}"
+            f"<h2>recent jobs {_h(data['job_states'])}</h2><table><tr><th>job</th><th>event</th><th>PR</th><th>head</th>"
+            f"<th>passed</th><th>failed</th></tr>{jobs}</table>")
+    return _page(f"backend {repo}", body, f"/dashboard/backends/{repo}.json")

@@ -112,11 +112,58 @@ def job_page(session: Session, job_id: int, *, max_tests: int = 2000) -> dict[st
             body = json.loads(gzip.decompress(upload.body_gz))
             for t in (body.get("tests") or [])[:max_tests]:
                 tests.append({"id": t.get("id"), "outcome": t.get("outcome"), "duration_s": t.get("duration_s"),
-                              "reason": t.get("reason"), "error_class": t.get("error_class")})
+                              "plan_mode": t.get("plan_mode"), "plan_reason": t.get("plan_reason"),
+                              "error_class": t.get("error_class"), "message": (t.get("message") or "")[:300]})
         except (OSError, ValueError):
             tests = []
     out["tests"] = tests
     return out
+
+
+def _results_of(upload: ResultsUpload | None) -> list[dict[str, Any]]:
+    if upload is None:
+        return []
+    try:
+        body = json.loads(gzip.decompress(upload.body_gz))
+    except (OSError, ValueError):
+        return []
+    tests = body.get("tests") if isinstance(body, dict) else None
+    return [t for t in tests or [] if isinstance(t, dict)]
+
+
+def _reason_key(reason: Any) -> str:
+    """``[dtype-support] snpu does not support dtype complex128`` -> ``[dtype-support]``: one row per rule."""
+    text = str(reason or "(no reason)")
+    if text.startswith("[") and "]" in text:
+        return text[: text.index("]") + 1]
+    return text[:120]
+
+
+def backend_page(session: Session, repo: str, *, jobs: int = 50) -> dict[str, Any]:
+    """A backend's recent jobs and, from its newest results upload, its plan by mode and reason."""
+    recent = session.scalars(select(Job).where(Job.repo == repo).order_by(Job.id.desc()).limit(jobs)).all()
+    upload = session.scalar(select(ResultsUpload).where(ResultsUpload.repo == repo)
+                            .order_by(ResultsUpload.id.desc()).limit(1))
+    summary: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in _results_of(upload):
+        mode = str(t.get("plan_mode") or "unplanned")
+        key = (mode, _reason_key(t.get("plan_reason")))
+        row = summary.setdefault(key, {"mode": mode, "reason": key[1], "tests": 0, "outcomes": {}, "example": t.get("plan_reason")})
+        row["tests"] += 1
+        outcome = str(t.get("outcome"))
+        row["outcomes"][outcome] = row["outcomes"].get(outcome, 0) + 1
+    plan = sorted(summary.values(), key=lambda r: (r["mode"], -r["tests"], r["reason"]))
+    states: dict[str, int] = {}
+    for j in recent:
+        cell = cell_state(j, None)
+        states[cell] = states.get(cell, 0) + 1
+    return {"repo": repo, "jobs": [{"id": j.id, "cell": cell_state(j, None), "event_type": j.event_type,
+                                    "head_sha": j.head_sha, "pr_number": j.pr_number, "job_name": j.job_name,
+                                    "passed": j.passed, "failed": j.failed, "href": f"/dashboard/jobs/{j.id}"}
+                                   for j in recent],
+            "job_states": states,
+            "plan_from_results": None if upload is None else {"results_upload": upload.id, "job_id": upload.job_id,
+                                                              "upstream_sha": upload.upstream_sha, "rows": plan}}
 
 
 def pr_page(session: Session, number: int) -> dict[str, Any]:

@@ -184,3 +184,15 @@ def test_json_twins_match_the_pages(demo: dict, relay: str, page) -> None:
     assert page.locator("[data-testid=results] tr[data-outcome]").count() == len(job["tests"])
     pr = httpx.get(relay + "/dashboard/pr/31.json").json()
     assert [j["conclusion"] for j in pr["jobs"]] == ["success"]
+
+
+def test_backend_page_summarises_the_plan_by_mode_and_reason(demo: dict, relay: str, page) -> None:
+    page.goto("/dashboard")
+    page.get_by_role("link", name="local/snpu").click()
+    page.wait_for_url("**/dashboard/backends/local/snpu")
+    backend = httpx.get(relay + "/dashboard/backends/local/snpu.json").json()
+    rows = backend["plan_from_results"]["rows"]
+    push_run = next(r for r in demo["downstream_runs"] if r["event_type"] == "push")  # the newest upload
+    assert rows and sum(r["tests"] for r in rows) == sum(push_run["counts"].values())
+    assert page.locator("[data-testid=plan] tr[data-mode]").count() == len(rows)
+    assert {j["cell"] for j in backend["jobs"]} == {"success", "failure"}
