@@ -216,7 +216,7 @@ def demo(
         issuer = stack.enter_context(LocalIssuer(repository=BACKEND))
         serve_env = {**env, **issuer.job_environment(), "CRCR_ALLOWLIST": str(allowlist),
                      "CRCR_WEBHOOK_SECRET": secret.decode(), "CRCR_OIDC_ISSUERS": json.dumps([issuer.url]),
-                     "CRCR_PUBLIC_URL": url, "CRCR_CHECK_SINK": "local", "CRCR_WORKERS": "1",
+                     "CRCR_PUBLIC_URL": url, "CRCR_CHECK_SINK": "local", "CRCR_WORKERS": "2",
                      "CRCR_LOG_FORMAT": "text", "CRCR_DATABASE_URL": "", "CRCR_QUEUE_URL": ""}
         for key in ("CRCR_DATABASE_URL", "CRCR_QUEUE_URL", "CRCR_CONFIG", "CRCR_CALLBACK_TOKEN"):
             serve_env.pop(key, None)  # the demo is the embedded default, whatever this shell says

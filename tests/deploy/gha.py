@@ -12,7 +12,9 @@ Enough of Actions for deploy/github/workflows/crcr.yml, done for real where it c
 - ``actions/upload-artifact@v4`` / ``download-artifact@v4`` with v4's rules: nothing
   uploaded when no file matches (``if-no-files-found: error`` fails the step), and a
   download of an artifact that does not exist fails the step;
-- ``actions/checkout@v4`` copies the backend repository's tree into a fresh workspace.
+- ``actions/checkout@v4`` copies the backend repository's tree into a fresh workspace;
+  with ``repository``/``ref``/``path``/``sparse-checkout`` it writes that commit's tree
+  from a local clone of the repository (the fetch from github.com is what is replaced).
 
 What cannot run here: the composite action ``./.github/actions/crcr`` installs Python,
 torch and crcr from the network; this machine has them installed already, so the step
@@ -192,11 +194,12 @@ class Runner:
     """``Runner(workflow, repo_tree, tmp).run("repository_dispatch", event)`` -> every job run."""
 
     def __init__(self, workflow: Path, repo_tree: Path, tmp: Path, *, variables: dict[str, str],
-                 env: dict[str, str], repository: str = "org/backend") -> None:
+                 env: dict[str, str], repository: str = "org/backend", clones: dict[str, Path] | None = None) -> None:
         self.wf = yaml.safe_load(workflow.read_text())
         self.name = self.wf.get("name", workflow.stem)
         self.repo_tree, self.tmp = repo_tree, tmp
         self.vars, self.base_env, self.repository = variables, env, repository
+        self.clones = clones or {}  # other repositories a checkout may name: owner/name -> local git clone
         self.artifacts = tmp / "artifacts"
         self.artifacts.mkdir(parents=True, exist_ok=True)
         self.run_id = str(abs(hash(uuid.uuid4())) % 10**10)
@@ -300,6 +303,19 @@ class Runner:
         return proc.returncode == 0, proc.stdout + proc.stderr, _read_outputs(out_file.read_text())
 
     def _action(self, uses: str, with_: dict[str, Any], workspace: Path) -> tuple[bool, str]:
+        if uses == "actions/checkout@v4" and with_.get("repository"):
+            clone = self.clones.get(str(with_["repository"]))
+            if clone is None:
+                return False, f"no clone of {with_['repository']} here"
+            dest = workspace / str(with_.get("path", "."))
+            dest.mkdir(parents=True, exist_ok=True)
+            sparse = [p for p in str(with_.get("sparse-checkout") or "").split() if p]
+            archive = subprocess.run(["git", "-C", str(clone), "archive", "--format=tar", str(with_["ref"]), *sparse],
+                                     capture_output=True, check=False)
+            if archive.returncode != 0:
+                return False, archive.stderr.decode()
+            subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+            return True, f"checked out {with_['repository']}@{with_['ref']} ({' '.join(sparse) or 'all'}) into {dest}"
         if uses == "actions/checkout@v4":
             shutil.copytree(self.repo_tree, workspace, dirs_exist_ok=True)
             return True, f"checked out {self.repo_tree}"
