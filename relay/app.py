@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
-from relay import callbacks, health, intake, results
+from relay import callbacks, health, intake, rerun_requests, results
 from relay.dashboard import pages as dashboard
 from relay.runtime import Runtime, webhook_secret
 from relay.worker import Sweeper, register_tasks
@@ -38,16 +38,21 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         if migrate:
             await run_in_threadpool(upgrade, runtime.engine)
         register_tasks(runtime)
-        consumer = sweeper = None
+        rerun_requests.register(runtime)
+        consumer = sweeper = reruns = None
         if start_worker:
             consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers, wakeup=runtime.wakeup)
             consumer.start()
         if start_sweeper:
             sweeper = Sweeper(runtime)
             sweeper.start()
+            reruns = rerun_requests.RerunPoller(runtime)  # triage's rerun requests -> push dispatches
+            reruns.start()
         try:
             yield
         finally:
+            if reruns:
+                reruns.stop()
             if sweeper:
                 sweeper.stop()
             if consumer:

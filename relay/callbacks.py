@@ -28,7 +28,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.background import BackgroundTask
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.concurrency import run_in_threadpool
 
 from crcr.contracts.callback import CallbackBody
@@ -182,9 +182,29 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
         log.info("[e: %s] %s %s/%s/%s: %s -> %s", job.delivery_id, repo, job.run_id, job.run_attempt,
                  job.job_name, applied.previous, job.state)
         # GitHub hears about it after the answer, so a slow GitHub never slows the job
-        background = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
+        background: BackgroundTask | None = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
+        if _failed_trunk_job(runtime, job):  # triage looks at the backend's trunk after the answer
+            both = BackgroundTasks([background] if background is not None else [])
+            both.add_task(_analyze_trunk, runtime, repo)
+            background = both
         return JSONResponse({"ok": True, "status": body.workflow.status, "job": applied.as_dict(),
                              "warnings": applied.warnings}, background=background)
+
+
+TRUNK_EVENTS = ("push", "nightly", "periodic")
+
+
+def _failed_trunk_job(runtime: Any, job: Any) -> bool:
+    return (getattr(runtime, "trunk_analyzer", None) is not None and job.state == "completed"
+            and job.event_type in TRUNK_EVENTS and job.conclusion not in ("success", "skipped", "neutral"))
+
+
+def _analyze_trunk(runtime: Any, repo: str) -> None:
+    """Run the analyzer crcr.cli installed (triage); it never fails the callback."""
+    try:
+        runtime.trunk_analyzer(repo)
+    except Exception:
+        log.exception("trunk analysis of %s failed; the callback is stored regardless", repo)
 
 
 def _schema_reason(exc: Exception) -> str:

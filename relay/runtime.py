@@ -78,6 +78,9 @@ class Runtime:
     huey: Huey
     clock: Clock = utc_clock
     tasks: Any = None  # relay.worker.Tasks, set by register_tasks
+    # callable(backend repo) run after a failed trunk job's completed callback; crcr.cli
+    # installs triage here (the relay never imports triage)
+    trunk_analyzer: Any = None
     wakeup: Wakeup = field(default_factory=Wakeup)  # wakes this process's idle workers on enqueue
     # SQLite has one writer at a time and its busy handler *sleeps* (up to 100 ms a try)
     # while waiting; threads of this process queue on a lock instead, in microseconds.

@@ -1,7 +1,7 @@
 """A local GitHub REST server for tests: real HTTP on 127.0.0.1, driven by PyGithub.
 
 Implements what crcr calls (installation lookup, installation tokens, repository
-dispatches, check runs, commits), checks App JWTs (RS256, ``iss`` = app id as a
+dispatches, check runs, commits, issues and issue comments), checks App JWTs (RS256, ``iss`` = app id as a
 string, ``iat``/``exp`` rules) and installation tokens like GitHub does, records
 every request, and injects faults per route::
 
@@ -80,6 +80,9 @@ class _State:
     tokens: dict[str, tuple[int, float]] = field(default_factory=dict)  # token -> (installation, expires)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    # issues and pull requests by (repo, number) (a PR is an issue with `pull_request`), and their comments
+    issues: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    comments: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _iso(ts: float) -> str:
@@ -251,6 +254,9 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues(?:/(\d+)(/comments)?)?", path)
+        if m:
+            return self._issues(method, f"{m[1]}/{m[2]}", int(m[3]) if m[3] else None, bool(m[4]), auth, body)
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+))", path)
         if not m:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
@@ -286,6 +292,71 @@ class FakeGitHub:
                 return 422, {}, {"message": f"No commit found for SHA: {m[5]}",
                                  "documentation_url": "https://docs.github.com/rest"}
             return 200, {}, self._commit(repo, m[5])
+        return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+
+    def add_issue(self, repo: str, number: int, *, title: str = "a PR", labels: list[str] | None = None,
+                  pull_request: bool = True) -> dict[str, Any]:
+        """Plant an issue or PR (``labels`` by name) that crcr may read and comment on."""
+        issue = self._issue(repo, number, title, "", labels or [], pull_request)
+        with self._lock:
+            self.state.issues[(repo, number)] = issue
+        return issue
+
+    def _issue(self, repo: str, number: int, title: str, body: str, labels: list[str], pr: bool) -> dict[str, Any]:
+        base = f"{self.url}/repos/{repo}"
+        issue = {
+            "id": 500000 + number, "node_id": f"I_{number}", "number": number, "title": title, "body": body,
+            "state": "open", "url": f"{base}/issues/{number}", "html_url": f"https://github.com/{repo}/issues/{number}",
+            "comments_url": f"{base}/issues/{number}/comments", "labels_url": f"{base}/issues/{number}/labels{{/name}}",
+            "repository_url": base, "events_url": f"{base}/issues/{number}/events",
+            "labels": [{"id": i + 1, "name": n, "color": "ededed", "default": False} for i, n in enumerate(labels)],
+            "user": _user("crcr-test[bot]", 77, "Bot"), "comments": 0, "locked": False, "assignees": [],
+            "created_at": _iso(time.time()), "updated_at": _iso(time.time()), "closed_at": None,
+            "author_association": "NONE",
+        }
+        if pr:
+            issue["pull_request"] = {"url": f"{base}/pulls/{number}", "html_url": f"https://github.com/{repo}/pull/{number}"}
+        return issue
+
+    def _issues(self, method: str, repo: str, number: int | None, comments: bool, auth: str,
+                body: Any) -> tuple[int, dict[str, str], Any]:
+        inst = self._check_token(auth)
+        if inst is None:
+            return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        if self._installation_for(repo) != inst:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        with self._lock:
+            if number is None and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("title"), str) or not body["title"]:
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(str(body.get("body") or "")) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                n = 1 + max([k[1] for k in self.state.issues if k[0] == repo], default=0)
+                issue = self._issue(repo, n, body["title"], str(body.get("body") or ""), [], False)
+                self.state.issues[(repo, n)] = issue
+                return 201, {}, dict(issue)
+            issue = self.state.issues.get((repo, number)) if number is not None else None
+            if issue is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            if not comments and method == "GET":
+                return 200, {}, dict(issue)
+            if comments and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(body["body"]) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                cid = next(self._ids)
+                comment = {"id": cid, "node_id": f"IC_{cid}", "body": body["body"],
+                           "url": f"{self.url}/repos/{repo}/issues/comments/{cid}",
+                           "html_url": f"https://github.com/{repo}/issues/{number}#issuecomment-{cid}",
+                           "issue_url": issue["url"], "user": _user("crcr-test[bot]", 77, "Bot"),
+                           "created_at": _iso(time.time()), "updated_at": _iso(time.time()),
+                           "author_association": "NONE", "repo": repo, "number": number}
+                self.state.comments.append(comment)
+                issue["comments"] += 1
+                return 201, {}, dict(comment)
         return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 
     @staticmethod
