@@ -194,7 +194,8 @@ def demo(
     started = time.monotonic()
     import torch
 
-    hist = phases.run("history", "local upstream history (git: base, PR, 3 trunk commits)", demo_history.build,
+    hist = phases.run("history", "local upstream history (git: base, a PR, trunk pushes of 1 and 3 commits)",
+                      demo_history.build,
                       data / "upstream", Path(functional.__file__), torch.__version__)
     plan = _demo_plan(data)
     inventory = data / "downstream" / "inventory-snpu.json"
@@ -234,19 +235,27 @@ def demo(
         summary["pr"] = {"delivery": pr_delivery, "number": webhooks.PR_NUMBER, "head_sha": hist.pr_head.sha,
                          **phases.run("pr", "PR: dispatch -> pick -> run -> report", _wait_dispatch, engine,
                                       pr_delivery, console, "PR", timeout)}
-        push_delivery = _post(url, secret, "push", webhooks.push(hist))
-        console.print(f"posted push of {len(hist.trunk)} commits to main ({hist.trunk[-1].sha[:10]}), delivery {push_delivery}")
-        summary["push"] = {"delivery": push_delivery, "head_sha": hist.trunk[-1].sha,
-                           **phases.run("push", "push: dispatch -> pick -> run -> report", _wait_dispatch, engine,
-                                        push_delivery, console, "push", timeout)}
+        first = hist.pushes[0]
+        base_delivery = _post(url, secret, "push", webhooks.push(hist, 0))
+        console.print(f"posted push of {len(first)} commit to main ({first[-1].sha[:10]}), delivery {base_delivery}")
+        summary["baseline_push"] = {"delivery": base_delivery, "head_sha": first[-1].sha,
+                                    **phases.run("baseline", "trunk push 1 (the green baseline): dispatch -> pick -> "
+                                                 "run -> report", _wait_dispatch, engine, base_delivery, console,
+                                                 "push 1", timeout)}
+        last = hist.pushes[-1]
+        push_delivery = _post(url, secret, "push", webhooks.push(hist, -1))
+        console.print(f"posted push of {len(last)} commits to main ({last[-1].sha[:10]}), delivery {push_delivery}")
+        summary["push"] = {"delivery": push_delivery, "head_sha": last[-1].sha,
+                           **phases.run("push", "trunk push 2: dispatch -> pick -> run -> report", _wait_dispatch,
+                                        engine, push_delivery, console, "push 2", timeout)}
         if _triage_available():
-            summary["triage"] = phases.run("triage", "triage: analyze, bisect with real reruns, report", _triage, data,
-                                           env, engine, console, timeout, len(hist.trunk))
+            summary["triage"] = phases.run("triage", "triage: bisect with real reruns, then verdict and report",
+                                           _triage, data, env, engine, console, timeout)
         else:
             summary["triage"] = {"available": False,
                                  "note": "crcr triage is not in this build: the trunk failure is not bisected"}
             console.print("[yellow]![/] triage: [bold]not available[/] in this build (`crcr triage` is missing); "
-                          f"the failure of {hist.trunk[-1].sha[:10]} is not bisected over its {len(hist.trunk)} commits")
+                          f"the failure of {hist.trunk[-1].sha[:10]} is not bisected over its push's commits")
         summary.update(collect(engine, data, hist))
         summary["timings_s"] = {**phases.timings, "total": round(time.monotonic() - started, 2)}
         (data / "demo-summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True, default=str) + "\n")
@@ -272,67 +281,65 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
-def _triage(data: Path, env: dict[str, str], engine: Any, console: Any, timeout_s: float, commits: int) -> dict[str, Any]:
-    """``crcr triage analyze --request-reruns`` until it asks for nothing more, then ``crcr triage report``.
+def _triage(data: Path, env: dict[str, str], engine: Any, console: Any, timeout_s: float) -> dict[str, Any]:
+    """Let the relay's own triage bisect, then ask ``crcr triage`` for the verdict and the report.
 
-    Its rerun requests are rows the relay turns into push dispatches of single commits;
-    the local target runs each for real, so the bisection executes the intermediate
-    commits' code. At most ceil(log2 N) + 1 rounds.
+    A failed trunk job's callback queues triage in the relay's workers; it writes rerun
+    requests, which the relay turns into push dispatches of single commits; the local
+    target runs each for real (the intermediate commits' code) and their callbacks queue
+    triage again, until it needs no more. This waits for that to settle, then runs
+    ``crcr triage analyze --json -`` and ``crcr triage report`` on the relay's database.
     """
-    import math
-
     out = data / "triage"
     out.mkdir(exist_ok=True)
+    reruns = _wait_triage_settled(engine, console, timeout_s)
     triage_env = {**env, "CRCR_DATABASE_URL": f"sqlite:///{data / 'crcr.db'}"}
-    rounds: list[dict[str, Any]] = []
-    requested_total = 0
-    verdict: dict[str, Any] = {}
-    for n in range(1, math.ceil(math.log2(max(2, commits))) + 2):
-        proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND, "--request-reruns", "--json", "-"),
-                              env=triage_env, capture_output=True, text=True, check=False)
-        (out / f"analyze-{n}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-        if proc.returncode != 0:
-            return {"available": True, "error": f"crcr triage analyze exited {proc.returncode}",
-                    "log": str(out / f"analyze-{n}.log"), "rounds": rounds}
-        verdict = json.loads(proc.stdout)
-        requested = list(verdict.get("requested") or [])
-        rounds.append({"round": n, "kind": verdict.get("kind"), "action": verdict.get("action"),
-                       "requested": requested})
-        console.print(f"  triage round {n}: {verdict.get('kind')} -> {verdict.get('action')}"
-                      + (f"; reruns requested at {len(requested)} commit(s)" if requested else ""))
-        if not requested:
-            break
-        requested_total += len(requested)
-        _wait_reruns(engine, requested_total, console, timeout_s)
-    proc = subprocess.run(_crcr("triage", "report", "--backend", BACKEND, "--out", str(out)), env=triage_env,
+    proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND, "--json", "-"), env=triage_env,
                           capture_output=True, text=True, check=False)
-    (out / "report.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    return {"available": True, "verdict": verdict, "rounds": rounds, "reruns": requested_total,
-            "report": str(out / "triage-report.md"), "verdict_json": str(out / "triage-verdict.json"),
-            "report_exit": proc.returncode}
+    (out / "analyze.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+    if proc.returncode != 0:
+        return {"available": True, "error": f"crcr triage analyze exited {proc.returncode}",
+                "log": str(out / "analyze.log"), "reruns": reruns}
+    verdict = json.loads(proc.stdout)
+    report = subprocess.run(_crcr("triage", "report", "--backend", BACKEND, "--out", str(out)), env=triage_env,
+                            capture_output=True, text=True, check=False)
+    (out / "report.log").write_text(report.stdout + report.stderr, encoding="utf-8")
+    return {"available": True, "verdict": verdict, "reruns": reruns, "report": str(out / "triage-report.md"),
+            "verdict_json": str(out / "triage-verdict.json"), "report_exit": report.returncode}
 
 
-def _wait_reruns(engine: Any, expected: int, console: Any, timeout_s: float) -> None:
-    """Until the relay has dispatched ``expected`` triage reruns and every one of them has finished."""
+def _wait_triage_settled(engine: Any, console: Any, timeout_s: float, quiet_s: float = 12.0) -> list[dict[str, Any]]:
+    """Until no dispatch is open and no rerun request waits, for ``quiet_s`` (triage runs after callbacks)."""
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session
 
     from crcr.errors import ExternalError
-    from crcr.store.deliveries import Dispatch
+    from crcr.store.deliveries import OPEN_STATES, Delivery, Dispatch
+    from crcr.store.triage import REQUESTED, RerunRequest
 
     deadline = time.monotonic() + timeout_s
-    with console.status("[bold]triage[/]: reruns running") as status:
+    quiet_since: float | None = None
+    with console.status("[bold]triage[/]: waiting for its reruns") as status:
         while time.monotonic() < deadline:
             with Session(engine) as s:
-                rows = s.execute(select(Dispatch.state, func.count()).where(Dispatch.delivery_id.contains("/rerun/"))
-                                 .group_by(Dispatch.state)).all()
-            states = dict(rows)
-            done = states.get("sent", 0) + states.get("dead", 0)
-            status.update(f"[bold]triage[/]: reruns {done}/{expected} finished ({states or 'none dispatched yet'})")
-            if done >= expected and sum(states.values()) == done:
-                return
+                open_rows = s.scalar(select(func.count()).select_from(Dispatch).where(Dispatch.state.in_(OPEN_STATES)))
+                waiting = s.scalar(select(func.count()).select_from(RerunRequest).where(RerunRequest.state == REQUESTED))
+                rows = s.execute(select(Delivery.id, Delivery.head_sha, Dispatch.state)
+                                 .join(Dispatch, Dispatch.delivery_id == Delivery.id)
+                                 .where(Delivery.id.contains("/rerun/")).order_by(Delivery.received_at)).all()
+            reruns = [{"delivery": d, "sha": sha, "dispatch": state} for d, sha, state in rows]
+            status.update(f"[bold]triage[/]: {len(reruns)} rerun(s) dispatched, {open_rows} dispatch(es) open, "
+                          f"{waiting} request(s) waiting")
+            if open_rows or waiting:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = time.monotonic()
+            elif time.monotonic() - quiet_since >= quiet_s:
+                for r in reruns:
+                    console.print(f"  triage rerun at {r['sha'][:10]}: dispatch {r['dispatch']}")
+                return reruns
             time.sleep(1)
-    raise ExternalError(f"triage's reruns did not finish within {timeout_s:.0f}s")
+    raise ExternalError(f"triage's reruns did not settle within {timeout_s:.0f}s")
 
 
 def collect(engine: Any, data: Path, hist: Any) -> dict[str, Any]:
@@ -397,6 +404,8 @@ def print_summary(console: Any, summary: dict[str, Any], hist: Any) -> None:
     console.print(table)
     for run in summary["downstream_runs"]:
         what = f"PR #{run['pr_number']}" if run.get("pr_number") else f"push {run['head_sha'][:10]}"
+        if "/rerun/" in run["delivery_id"]:
+            what = f"triage rerun {run['head_sha'][:10]}"
         console.print(f"[bold]{what}[/]: picked {run['picked']} tests; why:")
         for reason, n in sorted(run["pick_reasons"].items(), key=lambda kv: -kv[1])[:6]:
             console.print(f"  {n:4d}  {reason}")
@@ -417,8 +426,8 @@ def print_summary(console: Any, summary: dict[str, Any], hist: Any) -> None:
         suspect = v.get("suspect") or {}
         found = "[green]the planted culprit[/]" if suspect.get("sha") == hist.culprit.sha else "[yellow]not the planted culprit[/]"
         console.print(f"triage: {v.get('kind')} -> {v.get('action')} (confidence {v.get('confidence')}); "
-                      f"suspect {(suspect.get('sha') or '-')[:10]} {found}; {triage['reruns']} rerun(s) in "
-                      f"{len(triage['rounds'])} round(s); report {triage['report']}")
+                      f"suspect {(suspect.get('sha') or '-')[:10]} {found}; {len(triage['reruns'])} rerun(s) of "
+                      f"single commits ran for real; report {triage['report']}")
     timings = ", ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items())
     console.print(f"timings: {timings}")
     console.print(f"data: {summary['data_dir']} (relay log relay.log, check runs checks/, summary demo-summary.json)")

@@ -7,11 +7,13 @@ executes each commit's version of them, so a commit that breaks a backend makes 
 runs of that commit fail for real:
 
 - PR ``demo/tanhshrink``: a harmless rewrite of ``tanhshrink`` (its tests pass);
-- trunk push of three commits: a docstring edit of ``softmin``; then a change that
-  builds softsign's ``+ 1`` as a tensor on the default device (the classic way upstream
-  Python breaks an out-of-tree device: CPU passes, snpu mixes devices and fails); then
-  a docstring edit of ``gumbel_softmax``. The push's head fails; the middle commit is the
-  culprit triage must find.
+- a first trunk push: a docstring edit of ``softsign`` (its tests run and pass: the
+  green baseline triage needs before it may blame anything);
+- a second trunk push of three commits: a docstring edit of ``softmin``; then a change
+  that builds softsign's ``+ 1`` as a tensor on the default device (the classic way
+  upstream Python breaks an out-of-tree device: CPU passes, snpu mixes devices and
+  fails); then a docstring edit of ``gumbel_softmax``. The push's head fails; the middle
+  commit is the culprit triage must find by running the commits in between.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ AUTHOR = {"GIT_AUTHOR_NAME": "Demo Upstream", "GIT_AUTHOR_EMAIL": "upstream@demo
 
 # (old, new) text edits; each must match exactly once in torch 2.13's functional.py
 TANHSHRINK_PR = ("    return input - input.tanh()\n", "    return input - torch.tanh(input)\n")
+# inside softsign, below its `def` line: the diff's hunk header names softsign, so its tests are picked
+SOFTSIGN_DOC = ("    See :class:`~torch.nn.Softsign` for more details.\n",
+                "    See :class:`~torch.nn.Softsign` for more details; the result lies in (-1, 1).\n")
 SOFTMIN_DOC = ('    r"""Apply a softmin function.\n', '    r"""Apply a softmin function along ``dim``.\n')
 SOFTSIGN_BREAK = ("    return input / (input.abs() + 1)\n",
                   "    one = torch.ones(1, dtype=input.dtype)  # one allocation instead of a scalar per call\n"
@@ -49,7 +54,11 @@ class History:
     base: Commit
     pr_head: Commit
     pr_branch: str
-    trunk: list[Commit]  # after base, oldest first
+    pushes: list[list[Commit]]  # trunk pushes after base, oldest first; the last one breaks snpu
+
+    @property
+    def trunk(self) -> list[Commit]:
+        return [c for push in self.pushes for c in push]
 
     @property
     def culprit(self) -> Commit:
@@ -92,9 +101,10 @@ def build(repo: Path, installed_functional: Path, torch_version: str) -> History
     git(repo, "checkout", "-q", "-b", branch)
     pr_head = _commit(repo, "tanhshrink: call torch.tanh", TANHSHRINK_PR)
     git(repo, "checkout", "-q", "main")
-    trunk = [
+    baseline = [_commit(repo, "softsign: document its range", SOFTSIGN_DOC)]
+    breaking = [
         _commit(repo, "softmin: name the dimension in its docstring", SOFTMIN_DOC),
         _commit(repo, "softsign: add the offset as one tensor", SOFTSIGN_BREAK, breaks=True),
         _commit(repo, "gumbel_softmax: reword the legacy note", GUMBEL_DOC),
     ]
-    return History(repo, base, pr_head, branch, trunk)
+    return History(repo, base, pr_head, branch, [baseline, breaking])

@@ -51,20 +51,23 @@ def pull_request(history: History) -> dict[str, Any]:
     return payload
 
 
-def push(history: History) -> dict[str, Any]:
-    """The captured ``push`` webhook, for the demo's trunk push of its three commits."""
+def push(history: History, index: int = -1) -> dict[str, Any]:
+    """The captured ``push`` webhook, for the demo's trunk push ``index`` (default: the breaking one)."""
     payload = _load("push.payload.json")
     payload["repository"] = _repository(payload["repository"])
     template = payload["commits"][0]
+    pushed = history.pushes[index]
+    position = history.pushes.index(pushed)
+    before = history.pushes[position - 1][-1].sha if position > 0 else history.base.sha
     commits = []
-    for c in history.trunk:
+    for c in pushed:
         entry = copy.deepcopy(template)
         entry.update({"id": c.sha, "tree_id": None, "message": c.title, "added": [], "removed": [],
                       "modified": list(c.modified), "url": f"https://github.com/{UPSTREAM}/commit/{c.sha}"})
         commits.append(entry)
-    payload.update({"ref": "refs/heads/main", "before": history.base.sha, "after": history.trunk[-1].sha,
+    payload.update({"ref": "refs/heads/main", "before": before, "after": pushed[-1].sha,
                     "created": False, "base_ref": None, "commits": commits, "head_commit": commits[-1],
-                    "compare": f"https://github.com/{UPSTREAM}/compare/{history.base.sha[:12]}...{history.trunk[-1].sha[:12]}"})
+                    "compare": f"https://github.com/{UPSTREAM}/compare/{before[:12]}...{pushed[-1].sha[:12]}"})
     return payload
 
 

@@ -128,6 +128,13 @@ def job_html(request: Request, job_id: int) -> HTMLResponse:
         f"<p data-testid='check-run'>check run <b>{_h(check['name'])}</b>: {_h(check['status'])} {_h(check['conclusion'])}"
         f" (synced: {_h(check['synced'])})</p>")
     failed = "".join(f"<li><code>{_h(t)}</code></li>" for t in data["failed_tests"][:200])
+    verdict = data["triage_verdict"] or {}
+    if verdict:
+        sus = verdict.get("suspected_upstream") or {}
+        check_html += (f"<p data-testid='triage-verdict'>triage (advisory): <b>{_h(verdict.get('category'))}</b>, "
+                       f"confidence {_h(verdict.get('confidence'))}: {_h(verdict.get('summary'))}"
+                       + (f"; suspect commit <code>{_h(sus.get('commit'))}</code>" if sus.get("commit") else "")
+                       + "</p>")
     tests = "".join(f"<tr data-outcome='{_h(t['outcome'])}'><td><code>{_h(t['id'])}</code></td><td>{_h(t['outcome'])}</td>"
                     f"<td>{_h(t['duration_s'])}</td><td>{_h(t['plan_mode'])}: {_h(t['plan_reason'] or t['error_class'] or '')}</td></tr>"
                     for t in data["tests"])
