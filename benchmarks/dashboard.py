@@ -6,9 +6,9 @@ dispatched to 4 backends, with a completed job for 3 of them. Then `crcr serve
 --no-worker` serves each store on loopback and a client fetches each page
 sequentially (one request in flight: the server, not the client, is measured).
 Reports the median and p95 per page and the ratio 10,000 / 100: paging should keep
-it near 1.
+it near 1 (page 10 needs ~750 deliveries, so the small store is 1,000 by default).
 
-    .venv/bin/python benchmarks/dashboard.py [--deliveries 10000] [--small 100] [--repeat 30]
+    .venv/bin/python benchmarks/dashboard.py [--deliveries 10000] [--small 1000] [--repeat 30]
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def measure(url: str, paths: list[str], repeat: int) -> dict[str, tuple[float, f
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--deliveries", type=int, default=10_000)
-    ap.add_argument("--small", type=int, default=100)
+    ap.add_argument("--small", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=30)
     args = ap.parse_args()
     results = {}
@@ -128,7 +128,7 @@ def main() -> None:
             proc, url = serve(data)
             try:
                 pr = 100000 + (n - 1) // 3
-                paths = ["/dashboard", "/dashboard.json", "/dashboard?page=20", f"/dashboard/pr/{pr}",
+                paths = ["/dashboard", "/dashboard.json", "/dashboard?page=10", f"/dashboard/pr/{pr}",
                          f"/dashboard/jobs/{n * 3 - 1}", f"/dashboard/jobs/{n * 3 - 1}.json"]
                 results[n] = measure(url, paths, args.repeat)
             finally:

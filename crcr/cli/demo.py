@@ -165,9 +165,11 @@ In a fresh data directory: a local upstream git history whose commits change tor
 Python (torch/nn/functional.py of the installed torch); `crcr serve` on SQLite and a
 SQLite queue on a free 127.0.0.1 port with a generated allowlist (one `local` snpu
 target at L4), a local OIDC issuer and the local check sink. It posts a signed
-pull_request webhook (a real captured payload) and a signed push of three trunk
-commits, one of which breaks snpu; each dispatch runs `crcr downstream`
-(pick -> run -> report over HTTP). The summary is read back from the relay's database.
+pull_request webhook (a real captured payload), a signed trunk push (the green
+baseline) and a push of three commits, one of which breaks snpu; each dispatch runs
+`crcr downstream` (pick -> run -> report over HTTP). Then triage (when this build has
+`crcr triage`) bisects with real reruns of the commits in between and writes its
+report. The summary is read back from the relay's database.
 --serve keeps the relay up afterwards (Ctrl-C stops it). Needs torch and git.""")
 def demo(
     data_dir: Path | None = typer.Option(None, help="where to put everything (must not exist; default: a new temp dir)"),
@@ -281,26 +283,39 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait()
 
 
+MAX_TRIAGE_ROUNDS = 3
+
+
 def _triage(data: Path, env: dict[str, str], engine: Any, console: Any, timeout_s: float) -> dict[str, Any]:
     """Let the relay's own triage bisect, then ask ``crcr triage`` for the verdict and the report.
 
     A failed trunk job's callback queues triage in the relay's workers; it writes rerun
     requests, which the relay turns into push dispatches of single commits; the local
-    target runs each for real (the intermediate commits' code) and their callbacks queue
-    triage again, until it needs no more. This waits for that to settle, then runs
-    ``crcr triage analyze --json -`` and ``crcr triage report`` on the relay's database.
+    target runs each for real (the intermediate commits' code) and their failed callbacks
+    queue triage again. A rerun that passes queues nothing, so after things settle this
+    runs ``crcr triage analyze --request-reruns`` for what is still missing (at most
+    MAX_TRIAGE_ROUNDS times), then ``crcr triage report`` on the relay's database.
     """
     out = data / "triage"
     out.mkdir(exist_ok=True)
-    reruns = _wait_triage_settled(engine, console, timeout_s)
     triage_env = {**env, "CRCR_DATABASE_URL": f"sqlite:///{data / 'crcr.db'}"}
-    proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND, "--json", "-"), env=triage_env,
-                          capture_output=True, text=True, check=False)
-    (out / "analyze.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
-    if proc.returncode != 0:
-        return {"available": True, "error": f"crcr triage analyze exited {proc.returncode}",
-                "log": str(out / "analyze.log"), "reruns": reruns}
-    verdict = json.loads(proc.stdout)
+    verdict: dict[str, Any] = {}
+    reruns: list[dict[str, Any]] = []
+    # the relay asks for reruns after each failed trunk job; a rerun that passes triggers
+    # nothing, so ask once more after things settle (e.g. to reproduce the first failure)
+    for n in range(1, MAX_TRIAGE_ROUNDS + 1):
+        reruns = _wait_triage_settled(engine, console, timeout_s)
+        proc = subprocess.run(_crcr("triage", "analyze", "--backend", BACKEND, "--request-reruns", "--json", "-"),
+                              env=triage_env, capture_output=True, text=True, check=False)
+        (out / f"analyze-{n}.log").write_text(proc.stdout + proc.stderr, encoding="utf-8")
+        if proc.returncode != 0:
+            return {"available": True, "error": f"crcr triage analyze exited {proc.returncode}",
+                    "log": str(out / f"analyze-{n}.log"), "reruns": reruns}
+        verdict = json.loads(proc.stdout)
+        console.print(f"  triage: {verdict.get('kind')} -> {verdict.get('action')}"
+                      + (f"; asks for {len(verdict.get('requested') or [])} more rerun(s)" if verdict.get("requested") else ""))
+        if not verdict.get("requested"):
+            break
     report = subprocess.run(_crcr("triage", "report", "--backend", BACKEND, "--out", str(out)), env=triage_env,
                             capture_output=True, text=True, check=False)
     (out / "report.log").write_text(report.stdout + report.stderr, encoding="utf-8")
