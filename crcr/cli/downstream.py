@@ -43,7 +43,7 @@ def downstream(
     payload = parse_client_payload(text)
     settings = get_settings()
     path = record_dispatch(payload, settings.data_dir, backend=backend)
-    typer.echo(f"recorded {payload.event_type} delivery {payload.delivery_id} in {path}", err=True)
+    typer.echo(f"recorded {payload.event_type} delivery {payload.delivery_id} in {path}")
     if upstream_git is None:
         typer.echo("not tested: no --upstream-git clone to take the commit and its diff from", err=True)
         return
