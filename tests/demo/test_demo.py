@@ -124,6 +124,9 @@ def test_triage_bisects_by_running_the_intermediate_commits_and_blames_the_culpr
         assert state == "completed" and upstream_sha == r["sha"]
     verdict = triage["verdict"]
     assert (verdict["suspect"] or {}).get("sha") == culprit, verdict
+    assert verdict["kind"] == "new_break" and verdict["reproduced"], verdict  # the first failure was run twice
+    # no PR is linked to the demo's trunk commits: triage proposes a fix forward rather than a PR revert
+    assert verdict["action"] in ("revert", "forward_fix"), verdict
     report = Path(triage["report"]).read_text()
     assert culprit[:10] in report
     assert json.loads(Path(triage["verdict_json"]).read_text())
