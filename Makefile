@@ -1,6 +1,7 @@
 # The two commands a newcomer runs (see README.md):
-#   make serve   run the relay on the embedded default (SQLite, in-process worker)
+#   make demo    install what it needs into .venv, then run the whole loop on this machine (crcr demo)
 #   make test    install everything into .venv and run lint, import contracts and tests
+# make serve runs the relay alone on the embedded default (SQLite, in-process worker).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -28,6 +29,10 @@ install-dev: $(VENV)/.installed-dev
 
 serve: $(VENV)/.installed-base
 	$(BIN)/crcr serve
+
+# torch and git are needed: the demo's runs execute upstream tests on snpu
+demo: $(VENV)/.installed-dev
+	$(BIN)/crcr demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

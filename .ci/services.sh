@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make sure PostgreSQL (127.0.0.1:5432) and Redis (127.0.0.1:6379) are up for the tests:
-# start them if installed, install them (Debian packages) if not.
+# start them if installed, install them (Debian packages) if not; also Chromium and git.
 set -uo pipefail
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -35,4 +35,15 @@ ensure_redis() {
   port_open 6379 || { echo "ci: Redis did not start"; return 1; }
 }
 
-ensure_postgres && ensure_redis
+# the dashboard tests drive Debian's Chromium through Playwright (never `playwright install`);
+# crcr demo and the workflow tests need git
+ensure_browser_and_git() {
+  local missing=()
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  command -v git >/dev/null || missing+=(git)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "ci: installing ${missing[*]}"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+ensure_postgres && ensure_redis && ensure_browser_and_git

@@ -75,6 +75,8 @@ class Settings(BaseSettings):
     github_private_key: SecretStr | None = Field(None, description="the App's PEM private key (or use the _file form)")
     github_private_key_file: Path | None = Field(None, description="path to the App's PEM private key")
     github_token: SecretStr | None = Field(None, description="a plain token, for read-only lookups where no App is set")
+    check_sink: str = Field("github", description="where check runs go: github (the App), or local: JSON files under "
+                                                  "<data_dir>/checks/ (no GitHub; what crcr demo uses)")
 
     # dispatch
     dispatch_max_attempts: int = Field(8, ge=1, description="attempts before a dispatch is dead")
@@ -127,6 +129,13 @@ class Settings(BaseSettings):
         if level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         return level
+
+    @field_validator("check_sink")
+    @classmethod
+    def _check_sink(cls, v: str) -> str:
+        if v not in {"github", "local"}:
+            raise ValueError("check_sink must be github or local")
+        return v
 
     @field_validator("log_format")
     @classmethod

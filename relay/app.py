@@ -3,7 +3,7 @@
 ``create_app(settings)`` builds the app; its lifespan migrates the database, registers
 the worker tasks and (for ``crcr serve``) runs an in-process Huey consumer and the
 sweeper. Routers: intake (``/webhook``), callbacks (``/callback``), results
-(``/results``), health (``/livez``, ``/readyz``, ``/metrics``). Shared dependencies are
+(``/results``), health (``/livez``, ``/readyz``, ``/metrics``), dashboard (``/dashboard``). Shared dependencies are
 in ``relay.deps``.
 """
 
@@ -20,6 +20,7 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, rerun_requests, results
+from relay.dashboard import pages as dashboard
 from relay.group_commit import GroupWriter
 from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
@@ -100,4 +101,5 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     app.include_router(callbacks.router)
     app.include_router(results.router)
     app.include_router(health.router)
+    app.include_router(dashboard.router)
     return app

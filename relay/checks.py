@@ -34,6 +34,7 @@ from sqlalchemy import func, insert, or_, select, true, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from crcr.fileio import atomic_write_text
 from crcr.github.checks import (
     CONCLUSIONS,
     MAX_SUMMARY_CHARS,
@@ -243,8 +244,14 @@ def push(session: Session, row: CheckRun, runtime: _Runtime, *, claim: dt.dateti
     session.commit()  # end the read transaction: nothing is held while GitHub answers
     error: str | None = None
     try:
-        gh = runtime.github().client_for_repo(repo)
-        if github_id is None or not in_place:
+        if getattr(runtime.settings, "check_sink", "github") == "local":
+            # the embedded default's sink: the check run GitHub would get, as a JSON file
+            _write_local(runtime, row, status=status, conclusion=conclusion, output=output, actions=actions)
+            if github_id is None:
+                session.execute(update(CheckRun).where(CheckRun.id == row_id, CheckRun.github_id.is_(None))
+                                .values(github_id=row_id, updated_at=CheckRun.updated_at))
+        elif github_id is None or not in_place:
+            gh = runtime.github().client_for_repo(repo)
             new_id = create_check_run(
                 gh, repo, name=name, head_sha=head_sha, status=status, external_id=external_id,
                 details_url=details_url, output=output, conclusion=conclusion, actions=actions,
@@ -253,6 +260,7 @@ def push(session: Session, row: CheckRun, runtime: _Runtime, *, claim: dt.dateti
             session.execute(update(CheckRun).where(CheckRun.id == row_id, keep)
                             .values(github_id=new_id, updated_at=CheckRun.updated_at))
         else:
+            gh = runtime.github().client_for_repo(repo)
             update_check_run(gh, repo, github_id, status=status, output=output,
                              details_url=details_url, conclusion=conclusion, actions=actions)
     except CheckRunError as exc:
@@ -287,6 +295,21 @@ def push_claimed(session: Session, runtime: Any, row_id: int) -> bool | None:
     if row is None:
         return None
     return push(session, row, runtime, claim=claimed[1])
+
+
+def _write_local(runtime: Any, row: CheckRun, *, status: str, conclusion: str | None, output: CheckOutput,
+                 actions: list[dict[str, str]]) -> None:
+    """The local check sink (``CRCR_CHECK_SINK=local``): the check run GitHub would get, as a JSON file."""
+    record = {"id": row.id, "name": row.name, "repository": row.upstream_repo, "head_sha": row.head_sha,
+              "status": status, "conclusion": conclusion, "external_id": row.job.run_id,
+              "output": {"title": output.title, "summary": output.summary},
+              "actions": actions, "job_id": row.job_id, "written_at": utcnow().isoformat()}
+    atomic_write_text(local_check_path(runtime.settings.data_dir, row.id),
+                      json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
+def local_check_path(data_dir: Any, row_id: int) -> Any:
+    return data_dir / "checks" / f"check-run-{int(row_id)}.json"
 
 
 def plan_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:

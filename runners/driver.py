@@ -52,6 +52,7 @@ class RunOptions:
     durations: list[Path] = field(default_factory=list)
     log: Path | None = None
     upstream_sha: str | None = None
+    overlay: Path | None = None  # a checkout whose torch/**.py functions replace the installed ones
 
 
 @dataclass
@@ -186,6 +187,7 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
             timeout_s=opts.timeout_s,
             rerun_failures=opts.rerun_failures,
             inventory_path=str(inventory_tmp) if opts.collect_only else None,
+            overlay_dir=str(opts.overlay.resolve()) if opts.overlay else None,
         )
         config_path = workdir / "run-config.json"
         config_path.write_text(cfg.model_dump_json(), encoding="utf-8")

@@ -58,6 +58,11 @@ class CrcrPlugin:
 
         # faulthandler writes tracebacks of a segfault or abort where the supervisor reads them
         faulthandler.enable(file=self._crash, all_threads=False)
+        if self.cfg.overlay_dir:  # before the device and the test modules bind torch's functions
+            from runners import overlay
+
+            applied = overlay.apply(Path(self.cfg.overlay_dir))
+            self.emit("overlay", replaced=applied.replaced, skipped=applied.skipped)
         devices.prepare_in_child(self.cfg.device)
         self._counters = devices.counters_for(self.cfg.device)
 

@@ -24,4 +24,5 @@ class RunConfig(BaseModel):
     rerun_failures: bool = True
     inventory_path: str | None = None
     repro_prefix: str = "crcr run"
+    overlay_dir: str | None = None  # torch Python sources of the commit under test (runners.overlay)
     pick_missing: list[str] = []  # filled in the child: picked ids that were not collected

@@ -26,6 +26,7 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("crcr.cli.serve", "Run the relay (webhooks, callbacks, dashboard) with its dispatch worker."),
     "worker": ("crcr.cli.worker", "Run extra dispatch workers against the shared database and queue."),
+    "demo": ("crcr.cli.demo", "Run the whole loop on this machine (relay, dispatch, pick, run, report) and show it."),
     "db": ("crcr.cli.db", "Database migrations and retention (upgrade, prune)."),
     "dispatches": ("crcr.cli.dispatches", "Inspect and redeliver dispatches (list, show, redeliver)."),
     "deliveries": ("crcr.cli.deliveries", "Every webhook received, ignored and rejected ones too (list, show)."),

@@ -45,6 +45,8 @@ def run(
     durations: Annotated[list[Path] | None, typer.Option(help="previous results files whose durations balance the shards")] = None,
     log: Annotated[Path | None, typer.Option(help="keep pytest's own output in this file")] = None,
     upstream_sha: Annotated[str | None, typer.Option(help="upstream commit under test, recorded in the results")] = None,
+    overlay: Annotated[Path | None, typer.Option(help="a checkout of the commit under test: the functions its torch/**.py "
+                                                      "files change replace the installed torch's (Python changes only)")] = None,
 ) -> None:
     from crcr.errors import InputError
     from runners import sharding
@@ -63,8 +65,10 @@ def run(
         device=device, plan_dir=plan, pick=pick, shard=shard, junit=junit, results=results,
         pytorch_src=pytorch_src, keyword=keyword, ids=list(test_id or []), files=list(file or []),
         collect_only=collect_only, inventory=inventory, timeout_s=timeout, rerun_failures=rerun,
-        durations=list(durations or []), log=log, upstream_sha=upstream_sha,
+        durations=list(durations or []), log=log, upstream_sha=upstream_sha, overlay=overlay,
     )
+    if overlay is not None and not (overlay / "torch").is_dir():
+        raise InputError(f"--overlay {overlay}: no torch/ folder in it", hint="pass the root of a PyTorch checkout")
     prepared = prepare(options)
     with Progress(sys.stderr) as progress:
         outcome = execute(prepared, on_event=progress)

@@ -25,7 +25,7 @@ def _check_can_listen(host: str, port: int) -> None:
                                "(CRCR_PORT / CRCR_HOST)") from exc
 
 
-@app.command(help="""Run the relay: POST /webhook, /callback, /results, /livez, /readyz, /metrics.
+@app.command(help="""Run the relay: POST /webhook, /callback, /results; GET /livez, /readyz, /metrics, /dashboard.
 
 The one-command embedded default: SQLite (WAL) and a SQLite queue in CRCR_DATA_DIR,
 a worker (a child process this one supervises) that sends the dispatches, and the

@@ -1,0 +1,13 @@
+"""The relay's dashboard: server-rendered HTML pages, each with a JSON twin.
+
+- ``/dashboard`` (``/dashboard.json``): backends x recent upstream PRs and trunk
+  commits, one coloured cell per (row, backend) linking to the job;
+- ``/dashboard/pr/{number}``: the PR's deliveries, dispatches, jobs and check runs;
+- ``/dashboard/jobs/{id}``: one job with its counts, failed tests, check run and the
+  per-test results it uploaded;
+- ``/dashboard/backends/{owner}/{repo}``: a backend's recent jobs and its plan by mode
+  and reason, as its newest results upload applied it.
+
+``queries`` reads the store (paged, indexed columns only); ``pages`` renders. Every
+value shown comes from webhooks or callbacks, so all of it is escaped.
+"""
