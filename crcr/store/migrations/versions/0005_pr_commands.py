@@ -1,7 +1,7 @@
 """PR comment commands and the comments crcr edits in place
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0005"
-down_revision = "0003"  # chained after main's head (0001, 0002, 0004, 0003); the integrator re-chains
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

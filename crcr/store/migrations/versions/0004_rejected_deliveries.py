@@ -1,7 +1,7 @@
 """rejected deliveries (400/401/413 answers, bounded)
 
-Revision ID: 0003
-Revises: 0004 (chained after main's head when main was merged in)
+Revision ID: 0004
+Revises: 0003
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0004"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

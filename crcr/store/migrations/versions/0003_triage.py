@@ -1,7 +1,7 @@
 """triage: rerun requests and posted reports
 
-Revision ID: 0004
-Revises: 0001
+Revision ID: 0003
+Revises: 0002
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
+revision = "0003"
 down_revision = "0002"
 branch_labels = None
 depends_on = None
