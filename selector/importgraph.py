@@ -153,7 +153,7 @@ def torch_module_graph(torch_dir: Path) -> dict[str, set[str]]:
     return modules
 
 
-def test_imports(checkout: Path) -> dict[str, set[str]]:
+def checkout_imports(checkout: Path) -> dict[str, set[str]]:
     """``test/<file>.py`` -> the torch modules it imports at module level, for a checkout's ``test/``."""
     out: dict[str, set[str]] = {}
     test_dir = checkout / "test"

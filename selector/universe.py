@@ -17,7 +17,7 @@ from typing import Any
 from crcr.contracts.inventory import Inventory, InventoryTest
 from crcr.contracts.plan import Plan
 from crcr.contracts.results import RunResults
-from selector.importgraph import ImportGraph, test_imports
+from selector.importgraph import ImportGraph, checkout_imports
 from selector.inventory.test_times import FILE_LEVEL_ID
 from selector.signals.base import Universe
 from selector.signals.owners import owner_modules
@@ -89,7 +89,7 @@ def build_universe(plan: Plan | None, times: dict[str, float], inventory: Invent
             durations[f] = round(secs / max(len(results or ()), 1), 3)  # the backend's own time per run
     graph = None
     if torch_modules is not None:
-        real = test_imports(checkout) if checkout is not None and (checkout / "test").is_dir() else {}
+        real = checkout_imports(checkout) if checkout is not None and (checkout / "test").is_dir() else {}
         imports = {f: (real[f] | {"torch.testing._internal.common_utils"}) if f in real else owner_modules(f)
                    for f in durations}
         graph = ImportGraph(torch_modules, imports)

@@ -13,7 +13,9 @@ from selector.signals.base import Change, Hit, Signal, Universe
 
 MAX_TEXT = 1_000_000
 MAX_FILES = 10
-_NAME = re.compile(r"(?:test/)?((?:[A-Za-z0-9_]+/)*test_[A-Za-z0-9_]+)(?:\.py)?")
+# Linear tokenizing (no nested repetition: a 10 MB run of letters costs one pass).
+_TOKEN = re.compile(r"[A-Za-z0-9_/.]+")
+MAX_TOKEN = 200
 
 
 class Mentioned(Signal):
@@ -29,10 +31,14 @@ class Mentioned(Signal):
             by_stem.setdefault(rel, []).append(f)
             by_stem.setdefault(rel.rsplit("/", 1)[-1], []).append(f)
         out: dict[str, Hit] = {}
-        for m in _NAME.finditer(change.text[:MAX_TEXT]):
-            for f in by_stem.get(m.group(1), ()):
+        for m in _TOKEN.finditer(change.text[:MAX_TEXT]):
+            token = m.group(0)
+            if "test_" not in token or len(token) > MAX_TOKEN:
+                continue
+            name = token.strip("./").removeprefix("test/").removesuffix(".py")
+            for f in by_stem.get(name, ()):
                 if f not in out:
-                    out[f] = Hit(1.0, f"the PR text names {m.group(1)}")
+                    out[f] = Hit(1.0, f"the PR text names {name}")
             if len(out) >= MAX_FILES:
                 break
         return dict(sorted(out.items())[:MAX_FILES])

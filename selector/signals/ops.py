@@ -36,7 +36,7 @@ _OPINFO = re.compile(r"\b\w*(?:OpInfo|Info)\(\s*['\"]([A-Za-z_][\w.]*)['\"]")
 _ATEN = re.compile(r"\baten\.([A-Za-z_][A-Za-z0-9_]*)")
 _DEF = re.compile(r"\bdef\s+([A-Za-z_][A-Za-z0-9_]*)")
 _SAMPLE = re.compile(r"^(?:sample_inputs|reference_inputs|error_inputs)_(\w+?)(?:_tensor|_scalar)?$")
-_CPP_FN = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+_CPP_FN = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\b")  # any word of a C++ hunk header; op_db filters
 _KERNEL_SUFFIXES = ("_out", "_kernel", "_impl", "_cpu", "_cuda", "_stub", "_forward", "_backward", "_template",
                     "_fn", "_symint", "_mps", "_meta", "_decomposition", "_ref")
 OP_PATHS = re.compile(r"^(aten/src/ATen/native/|torch/_decomp/|torch/_refs/|torch/_prims|torch/_meta_registrations|"

@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -58,6 +59,7 @@ class Recorded:
     responded: bool = False  # False: the connection was dropped before an answer was written
     fault: str | None = None
     done_at: float | None = None  # when the answer was written
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class _State:
     tokens: dict[str, tuple[int, float]] = field(default_factory=dict)  # token -> (installation, expires)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pulls: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # public PRs (anonymous reads)
 
 
 def _iso(ts: float) -> str:
@@ -171,6 +174,11 @@ class FakeGitHub:
         with self._lock:
             self.state.commits[(repo, sha)] = {"sha": sha}
 
+    def add_pull(self, repo: str, number: int, *, title: str, body: str, files: list[dict[str, Any]]) -> None:
+        """A public PR: ``GET /repos/{repo}/pulls/{n}`` and its paginated ``/files`` (``filename``, ``patch``...)."""
+        with self._lock:
+            self.state.pulls[(repo, number)] = {"title": title, "body": body, "files": files}
+
     # ---- what happened -----------------------------------------------------------------
     def calls(self, method: str | None = None, path_regex: str | None = None) -> list[Recorded]:
         with self._lock:
@@ -227,7 +235,35 @@ class FakeGitHub:
             return None
         return found[0]
 
-    def handle(self, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+    def _pull(self, repo: str, number: int, files: bool, query: dict[str, str],
+              headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        """A public PR, or one page of its files with GitHub's ``Link`` header (per_page at most 100)."""
+        with self._lock:
+            pr = self.state.pulls.get((repo, number))
+        if pr is None:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        if not files:
+            return 200, {}, {"number": number, "state": "open", "title": pr["title"], "body": pr["body"],
+                             "url": f"https://api.github.com/repos/{repo}/pulls/{number}",
+                             "changed_files": len(pr["files"])}
+        per_page = max(1, min(100, int(query.get("per_page", "30"))))
+        page = max(1, int(query.get("page", "1")))
+        items = pr["files"][:3000]
+        chunk = items[(page - 1) * per_page: page * per_page]
+        last = max(1, -(-len(items) // per_page))
+        base = f"http://{headers.get('host', '127.0.0.1')}/repos/{repo}/pulls/{number}/files"
+        links = []
+        if page < last:
+            links.append(f'<{base}?per_page={per_page}&page={page + 1}>; rel="next"')
+            links.append(f'<{base}?per_page={per_page}&page={last}>; rel="last"')
+        if page > 1:
+            links.append(f'<{base}?per_page={per_page}&page=1>; rel="first"')
+        out = [{"sha": f"{i:040x}", "status": "modified", "additions": 1, "deletions": 1, "changes": 2,
+                "blob_url": "", "raw_url": "", "contents_url": "", **f} for i, f in enumerate(chunk)]
+        return 200, ({"Link": ", ".join(links)} if links else {}), out
+
+    def handle(self, method: str, path: str, headers: dict[str, str], body: Any,
+               query: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
         """Route one request; returns (status, headers, JSON body or None)."""
         auth = headers.get("authorization", "")
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/installation", path)
@@ -251,6 +287,9 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)(/files)?", path)
+        if m and method == "GET":
+            return self._pull(f"{m[1]}/{m[2]}", int(m[3]), bool(m[4]), query or {}, headers)
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+))", path)
         if not m:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
@@ -397,12 +436,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        path = self.path.split("?", 1)[0]
+        path, _, raw_query = self.path.partition("?")
+        query = dict(parse_qsl(raw_query))
         api_prefix = "/api/v3"  # a GHES-style base URL is accepted too
         if path.startswith(api_prefix):
             path = path[len(api_prefix):]
         headers = {k.lower(): v for k, v in self.headers.items()}
-        rec = Recorded(self.command, path, headers, body, time.time())
+        rec = Recorded(self.command, path, headers, body, time.time(), query=query)
         with fake._lock:
             fake.requests.append(rec)
             fake.in_flight += 1
@@ -434,7 +474,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(fault.status, extra, {"message": msg, "documentation_url": "https://docs.github.com/rest"},
                            rec)
                 return
-        status, extra, payload = fake.handle(self.command, path, headers, body)
+        status, extra, payload = fake.handle(self.command, path, headers, body, rec.query)
         rec.status = status
         if fault is not None and fault.lose_response:
             rec.fault = "lose_response"  # the work is done (recorded) but the client never hears back
