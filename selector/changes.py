@@ -54,7 +54,7 @@ def change_from_github(client: Any, repo: str, number: int, *, known_text: str |
     from github import GithubException
 
     try:
-        pull = client.get_repo(repo, lazy=True).get_pull(number)
+        pull = client.get_repo(repo).get_pull(number)
         text = known_text if known_text is not None else f"{pull.title or ''}\n{pull.body or ''}"
         chunks: list[str] = []
         paths: list[str] = []

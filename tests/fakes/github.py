@@ -244,7 +244,7 @@ class FakeGitHub:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
         if not files:
             return 200, {}, {"number": number, "state": "open", "title": pr["title"], "body": pr["body"],
-                             "url": f"https://api.github.com/repos/{repo}/pulls/{number}",
+                             "url": f"http://{headers.get('host', '127.0.0.1')}/repos/{repo}/pulls/{number}",
                              "changed_files": len(pr["files"])}
         per_page = max(1, min(100, int(query.get("per_page", "30"))))
         page = max(1, int(query.get("page", "1")))
