@@ -582,3 +582,39 @@ def pick_cmd(
         typer.echo(f"error[empty-pick]: nothing picked: {fp.empty_reason}\n"
                    "hint: check the plan runs some files (or pass --unplanned), and the change and budget", err=True)
         raise typer.Exit(1)
+
+
+@app.command("evaluate", help=(
+    "Measure picks on cases with known failing tests (JSONL: id, kind, diff or paths, failing_files, source): "
+    "change recall, file recall and selection rate at 25% and 50% of the total test time, and APFD, for each "
+    "signal alone and combined, against a seeded random order and a path-keyword-only order computed in the "
+    "same run. Candidates: every file of test-times.json (or the files --plan runs). Prints a table; --json "
+    "writes the figures."
+))
+def evaluate_cmd(
+    cases: Annotated[Path, typer.Option("--cases", help="cases JSONL")],
+    plan: Annotated[Path | None, typer.Option(help="only the files this plan runs (default: every upstream file)")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch checkout: test files' real imports")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+) -> None:
+    from importlib.metadata import version
+
+    from crcr.contracts.plan import load_plan
+    from crcr.data import TEST_TIMES
+    from crcr.fileio import atomic_write_text
+    from selector.evaluate import evaluate, load_cases, render_table
+    from selector.importgraph import cached_torch_graph
+    from selector.inventory.opdb import load_opdb
+    from selector.inventory.sources import installed_torch_dir
+    from selector.inventory.test_times import file_times
+    from selector.universe import build_universe
+
+    data_dir = _settings().data_dir
+    the_cases = load_cases(cases)
+    graph = cached_torch_graph(installed_torch_dir(), data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    universe = build_universe(load_plan(plan) if plan else None, file_times(TEST_TIMES, all_configs=True),
+                              torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
+    report = evaluate(the_cases, universe)
+    typer.echo(render_table(report))
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(report, indent=1, sort_keys=True) + "\n")
