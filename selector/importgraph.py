@@ -90,7 +90,8 @@ class ImportGraph:
     def __init__(self, modules: dict[str, set[str]], tests: dict[str, set[str]] | None = None) -> None:
         self.modules = modules
         self.tests = tests or {}
-        self._reach: dict[str, dict[str, int]] = {}
+        self._reach: dict[frozenset[str], dict[str, int]] = {}  # files sharing imports share their reach
+        self._edges: dict[str, tuple[str, ...]] = {}
 
     def _known(self, name: str) -> str | None:
         """The longest known module that ``name`` is or lies in (``torch.nn.functional.relu`` -> its module)."""
@@ -102,12 +103,13 @@ class ImportGraph:
 
     def reach(self, test_file: str) -> dict[str, int]:
         """Module -> import depth (1 = imported by the file itself), bounded by ``MAX_DEPTH``."""
-        cached = self._reach.get(test_file)
+        key = frozenset(self.tests.get(test_file, ()))
+        cached = self._reach.get(key)
         if cached is not None:
             return cached
         depth: dict[str, int] = {}
         queue: deque[tuple[str, int]] = deque()
-        for name in sorted(self.tests.get(test_file, ())):
+        for name in sorted(key):
             known = self._known(name) or name
             if known not in depth:
                 depth[known] = 1
@@ -116,13 +118,19 @@ class ImportGraph:
             mod, d = queue.popleft()
             if d >= MAX_DEPTH or mod == "torch":
                 continue  # torch/__init__ imports everything: reaching it says nothing
-            for nxt in sorted(self.modules.get(mod, ())):
-                known = self._known(nxt)
-                if known and known not in depth:
+            for known in self._resolved(mod):
+                if known not in depth:
                     depth[known] = d + 1
                     queue.append((known, d + 1))
-        self._reach[test_file] = depth
+        self._reach[key] = depth
         return depth
+
+    def _resolved(self, mod: str) -> tuple[str, ...]:
+        edges = self._edges.get(mod)
+        if edges is None:
+            edges = tuple(sorted({k for k in (self._known(n) for n in self.modules.get(mod, ())) if k}))
+            self._edges[mod] = edges
+        return edges
 
     def to_json(self) -> dict:
         return {"version": GRAPH_VERSION, "modules": {k: sorted(v) for k, v in sorted(self.modules.items())},

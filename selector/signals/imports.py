@@ -8,6 +8,7 @@ frequency over the universe). C++ sources map to the Python module they back.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 
@@ -62,13 +63,14 @@ class ImportGraphSignal(Signal):
             for m, d in graph.reach(f).items():
                 inverse.setdefault(m, {})[f] = d
         n = max(len(files), 2)
+        keys = sorted(inverse)  # submodules of a package are one contiguous run: found by bisection
         out: dict[str, Hit] = {}
         for mod, path in sorted(mods.items()):
             # A package's own __init__ is reached by anything in the package: its submodules count too.
             reached: dict[str, int] = dict(inverse.get(mod, {}))
             if mod != "torch":
                 prefix = mod + "."
-                for m in sorted(inverse):
+                for m in keys[bisect.bisect_left(keys, prefix):bisect.bisect_left(keys, mod + "/")]:
                     if m.startswith(prefix):
                         for f, d in inverse[m].items():
                             if d < reached.get(f, 99):
