@@ -26,6 +26,24 @@ def _plan(tmp_path: Path, files: list[str]) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def torch_graph_json(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The installed torch's import graph, built once for the session (a parse takes seconds)."""
+    from selector.importgraph import cached_torch_graph
+    from selector.inventory.sources import installed_torch_dir
+
+    path = tmp_path_factory.mktemp("graph") / "torch-imports.json"
+    cached_torch_graph(installed_torch_dir(), path)
+    return path.read_text()
+
+
+@pytest.fixture(autouse=True)
+def _seed_graph(cli, tmp_path: Path, torch_graph_json: str) -> None:
+    from importlib.metadata import version
+
+    (tmp_path / "data" / "selector" / f"torch-imports-{version('torch')}.json").write_text(torch_graph_json)
+
+
 RUN = ["test/test_nn.py", "test/test_torch.py", "test/test_ops.py", "test/test_autograd.py",
        "test/test_dataloader.py", "test/test_binary_ufuncs.py"]
 
