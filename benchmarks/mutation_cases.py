@@ -71,6 +71,7 @@ MUTATIONS = [
     ("mod-global-post-hook-dropped", MOD, "    _global_forward_hooks[handle.id] = hook\n", "    pass\n"),
 ]
 RUN_TIMEOUT_S = 150
+LOOPING = {"abs-read-step", "abs-bytes-len-off", "abs-read-bytes-skip"}  # the reader never finishes
 MEMORY_LIMIT = 6_000_000_000  # address space: a mutant that loops while allocating dies, the machine is shared
 
 
@@ -121,6 +122,7 @@ def main() -> None:
     ap.add_argument("--checkout", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (the machine is shared: keep it small)")
     args = ap.parse_args()
     import importlib.util
 
@@ -132,13 +134,15 @@ def main() -> None:
         base = _run(args.checkout, sorted(rel.values()), {}, tmpd / "base.xml")
         print(f"reference run: {sum(v == 'passed' for v in base.values())} passed of {len(base)}", flush=True)
         lines, dropped = [], []
-        for cid, path, old, new in MUTATIONS:
-            if args.only and cid not in args.only:
-                continue
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text("")
+
+        def one(mutation: tuple[str, str, str, str]) -> None:
+            cid, path, old, new = mutation
             src = (torch_dir / path).read_text(encoding="utf-8")
             if src.count(old) != 1:
                 dropped.append(f"{cid}: text found {src.count(old)} times in torch/{path}")
-                continue
+                return
             mutated = src.replace(old, new)
             site = tmpd / cid / "site"
             site.mkdir(parents=True)
@@ -154,17 +158,29 @@ def main() -> None:
             if not failing:
                 dropped.append(f"{cid}: no candidate test fails (equivalent or unobserved mutant)")
                 print(f"{cid}: no failure", flush=True)
-                continue
-            fixed = failing
+                return
             diff = "".join(difflib.unified_diff(src.splitlines(True), mutated.splitlines(True),
                                                 f"a/torch/{path}", f"b/torch/{path}", n=3))
-            lines.append({"id": f"mut-{cid}", "kind": "mutation", "diff": f"diff --git a/torch/{path} b/torch/{path}\n" + diff,
-                          "failing_files": sorted({t.split("::", 1)[0] for t in fixed}), "failing_tests": fixed,
-                          "source": f"overlay mutant of torch/{path} (torch 2.13.0); candidate files "
-                                    f"{', '.join(sorted(rel.values()))} run with and without it"})
-            print(f"{cid}: {len(fixed)} failing", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in lines))
+            case = {"id": f"mut-{cid}", "kind": "mutation", "diff": f"diff --git a/torch/{path} b/torch/{path}\n" + diff,
+                    "failing_files": sorted({t.split("::", 1)[0] for t in failing}), "failing_tests": failing,
+                    "source": f"overlay mutant of torch/{path} (torch 2.13.0); candidate files "
+                              f"{', '.join(sorted(rel.values()))} run with and without it"}
+            with lock:
+                lines.append(case)
+                with args.out.open("a", encoding="utf-8") as fh:  # incremental: a cut-short run keeps its cases
+                    fh.write(json.dumps(case, sort_keys=True) + "\n")
+            print(f"{cid}: {len(failing)} failing", flush=True)
+
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        lock = threading.Lock()
+        todo = [m for m in MUTATIONS if not args.only or m[0] in args.only]
+        todo.sort(key=lambda m: m[0] in LOOPING)  # they run until the timeout: last
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            list(pool.map(one, todo))
+    # sorted, so the committed file does not depend on which worker finished first
+    args.out.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in sorted(lines, key=lambda c: c["id"])))
     print(f"{len(lines)} cases -> {args.out}; {len(dropped)} left out:")
     for d in dropped:
         print("  " + d)
