@@ -134,8 +134,14 @@ def evaluate(cases: list[Case], universe: Universe) -> dict[str, Any]:
         rows: dict[str, Any] = {}
         rankings = {"combined": tuple(DEFAULT_SIGNALS)} | {s.name: (s,) for s in DEFAULT_SIGNALS}
         for name, sigs in rankings.items():
-            orders = {c.id: _fill(_ranking(c, universe, sigs), universe, seed=None) for c in group}
-            rows[name] = _measure(orders, group, universe)
+            # The pick fills its budget by breadth per second; alone, a signal's ranking is followed by a
+            # seeded random order, so its row shows what the signal adds over the random baseline.
+            ranked = {c.id: _ranking(c, universe, sigs) for c in group}
+            if name == "combined":
+                rows["combined"] = _measure({k: _fill(v, universe, None) for k, v in ranked.items()}, group, universe)
+                name = "combined, random fill"
+            rows[name] = _average([_measure({k: _fill(v, universe, seed) for k, v in ranked.items()}, group, universe)
+                                   for seed in range(RANDOM_SEEDS)])
         kw = (PathKeywords(),)
         rows["baseline:path-keyword"] = _measure(
             {c.id: _fill(_ranking(c, universe, kw), universe, seed=0) for c in group}, group, universe)
