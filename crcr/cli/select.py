@@ -106,9 +106,11 @@ def inventory_cmd(
             typer.echo(f"warning: {p}", err=True)
     elif test_times:
         from crcr.data import TEST_TIMES
-        from selector.inventory.test_times import times_inventory
+        from selector.inventory.test_times import times_inventory_with_problems
 
-        inv = times_inventory(TEST_TIMES)
+        inv, left_out = times_inventory_with_problems(TEST_TIMES)
+        for p in left_out[:20]:
+            typer.echo(f"warning: test-times entry {p}", err=True)
     elif opinfo:
         inv = _load_inventory_arg(Path(torch)) if torch != "installed" else _load_inventory_arg(Path("installed"))
     else:
@@ -449,48 +451,170 @@ def diff_cmd(
     _emit_markdown(md, out)
 
 
+def _parse_duration(text: str) -> float:
+    """``600``, ``600s``, ``10m``, ``1h30m`` -> seconds."""
+    import re
+
+    m = re.fullmatch(r"\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m)?\s*(?:(\d+(?:\.\d+)?)s?)?\s*", text)
+    if not text.strip() or not m or not any(m.groups()):
+        raise InputError(f"--budget {text!r}: not a duration", hint="e.g. --budget 600, --budget 45m or --budget 1h30m")
+    h, mi, sec = (float(g) if g else 0.0 for g in m.groups())
+    seconds = h * 3600 + mi * 60 + sec
+    if seconds <= 0:
+        raise InputError(f"--budget {text!r}: must be positive", hint="e.g. --budget 600 (seconds)")
+    return seconds
+
+
 @app.command("pick", help=(
-    "Rank the plan's runnable tests for a diff and cut them by a time budget; writes a pick JSON for "
-    "`crcr run --pick`. Signals: tests the diff edits, files/tests named in the PR text, ops whose kernels, "
-    "decompositions, refs or OpInfo the hunks touch, failures in stored runs, path keywords. Every pick and "
-    "notable drop has a reason."
+    "Rank upstream test files (and the plan's tests in them) for one change and cut them by a time budget; "
+    "writes a pick JSON for `crcr run --pick`.\n\n"
+    "The change: --diff PATCH, --event DISPATCH_JSON (a pull_request payload; files read from GitHub) or --pr N "
+    "(read from GitHub, --repo, paginated). Candidates: every file of test-times.json and the inventory that the "
+    "plan runs (--unplanned: also files the plan has no file for). Signals: edited-test (always picked), "
+    "op-touched, import-graph, mentioned (PR text, as data), failure-history (--history), path-keyword. "
+    "A docs-only change picks the smoke set. Budget: --budget DURATION or --budget-share 0.25 of the total time, "
+    "using measured durations. Nothing picked: the reason is printed and the exit status is 1."
 ))
 def pick_cmd(
-    diff: Annotated[Path, typer.Option(help="unified diff of the PR (git diff)")],
-    inventory: Annotated[Path, typer.Option(help="inventory JSON")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="pick JSON to write")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="pick JSON to write (default: print a summary only)")] = None,
+    diff: Annotated[Path | None, typer.Option(help="unified diff of the change (git diff)")] = None,
+    event: Annotated[Path | None, typer.Option(help="dispatch payload JSON of a pull_request event")] = None,
+    pr: Annotated[int | None, typer.Option(help="PR number: read it from GitHub (or, with --diff, only record it)")] = None,
+    repo: Annotated[str, typer.Option(help="with --pr: the upstream repository")] = "pytorch/pytorch",
+    inventory: Annotated[Path | None, typer.Option(help="inventory JSON (test-level tests rank inside their files)")] = None,
     backend: Annotated[str | None, typer.Option("--backend", "-b", help="backend name")] = None,
     plan: PlanDir = None,
-    budget: Annotated[float | None, typer.Option(help="time budget in seconds (default: no cut)")] = None,
-    pr_text: Annotated[Path | None, typer.Option(help="file with the PR title and body")] = None,
-    history: Annotated[list[Path] | None, typer.Option(help="stored results JSON for failure history (repeatable)")] = None,
-    pr: Annotated[int | None, typer.Option(help="PR number, recorded in the pick")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch checkout: test files' real imports for the import graph")] = None,
+    budget: Annotated[str | None, typer.Option(help="time budget, e.g. 600, 45m, 1h30m (default: no cut)")] = None,
+    budget_share: Annotated[float | None, typer.Option(help="budget as a share of all candidate files' time, e.g. 0.25")] = None,
+    pr_text: Annotated[Path | None, typer.Option(help="file with the PR title and body (with --diff)")] = None,
+    history: Annotated[list[Path] | None, typer.Option(help="stored results JSON: failure history and own durations (repeatable)")] = None,
+    unplanned: Annotated[bool, typer.Option("--unplanned", help="also pick files the plan has no file for")] = False,
+    trial: Annotated[list[str] | None, typer.Option(help="run this signal in trial mode: scored, not counted (repeatable)")] = None,
 ) -> None:
     from crcr.contracts.inventory import load_inventory
+    from crcr.contracts.pick import Pick, PickedTest
     from crcr.contracts.plan import load_plan
     from crcr.contracts.results import load_results
     from crcr.data import TEST_TIMES
     from crcr.fileio import atomic_write_text
-    from selector.diffparse import MAX_DIFF_BYTES, parse_diff
-    from selector.inventory.test_times import file_times
-    from selector.pick import PickContext, pick
+    from selector.changes import change_from_diff, change_from_github, github_client, pr_from_event
+    from selector.filepick import pick_files
+    from selector.importgraph import cached_torch_graph
+    from selector.inventory.opdb import load_opdb
+    from selector.inventory.sources import installed_torch_dir
+    from selector.inventory.test_times import FILE_LEVEL_ID, file_times
+    from selector.pick import PickContext
+    from selector.pick import pick as pick_tests
+    from selector.signals import SIGNAL_NAMES
+    from selector.universe import build_universe
 
-    if budget is not None and budget <= 0:
-        raise InputError(f"--budget {budget}: must be positive", hint="e.g. --budget 600 (seconds)")
-    if not diff.is_file():
-        raise InputError(f"diff {diff} does not exist", hint="write one with: git diff BASE...HEAD > pr.diff")
-    if diff.stat().st_size > MAX_DIFF_BYTES:
-        raise InputError(f"diff {diff} is larger than {MAX_DIFF_BYTES // (1024 * 1024)} MiB",
-                         hint="pass a diff of one PR: git diff BASE...HEAD > pr.diff")
-    failures: dict[str, int] = {}
-    for h in history or []:
-        for t in load_results(h).failed():
-            failures[t.id] = failures.get(t.id, 0) + 1
-    ctx = PickContext(parse_diff(diff.read_text(encoding="utf-8", errors="replace")),
-                      pr_text.read_text(encoding="utf-8", errors="replace")[:200_000] if pr_text else "", failures)
-    result = pick(load_plan(_plan_dir(plan, backend)), load_inventory(inventory), ctx, budget, file_times(TEST_TIMES), pr=pr)
-    atomic_write_text(out, result.model_dump_json(indent=1, exclude_none=True) + "\n")
-    spent = sum(t.estimated_s or 0 for t in result.tests)
-    typer.echo(f"picked {len(result.tests)} tests (~{spent:.0f}s) -> {out}")
-    for t in result.tests[:10]:
-        typer.echo(f"  {t.score:5.1f}  {t.id}  {t.reason}")
+    sources = sum(x is not None for x in (diff, event)) + (pr is not None and diff is None and event is None)
+    if sources != 1:
+        raise InputError("give exactly one change: --diff PATCH, --event DISPATCH_JSON or --pr N",
+                         hint="e.g. crcr select pick --diff pr.diff --plan configs/selections/snpu")
+    if budget is not None and budget_share is not None:
+        raise InputError("--budget and --budget-share both given", hint="choose one")
+    if budget_share is not None and not 0 < budget_share <= 1:
+        raise InputError(f"--budget-share {budget_share}: must be in (0, 1]", hint="e.g. --budget-share 0.25")
+    for name in trial or []:
+        if name not in SIGNAL_NAMES:
+            raise InputError(f"--trial {name!r}: unknown signal", hint=f"signals: {', '.join(SIGNAL_NAMES)}")
+    budget_s = _parse_duration(budget) if budget is not None else None
+    text = pr_text.read_text(encoding="utf-8", errors="replace")[:1_000_000] if pr_text else ""
+    pr_number = pr
+    if diff is not None:
+        change = change_from_diff(diff, text)
+    else:
+        s = _settings()
+        client = github_client(s.github_api_url, s.github_token.get_secret_value() if s.github_token else None)
+        if event is not None:
+            repo, pr_number, event_text = pr_from_event(event)
+            change = change_from_github(client, repo, pr_number, known_text=event_text)
+        else:
+            change = change_from_github(client, repo, int(pr))
+    the_plan = load_plan(_plan_dir(plan, backend))
+    inv = load_inventory(inventory) if inventory is not None else None
+    runs = [load_results(h) for h in history or []]
+    data_dir = _settings().data_dir
+    torch_dir = installed_torch_dir()
+    from importlib.metadata import version
+
+    graph = cached_torch_graph(torch_dir, data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    universe = build_universe(the_plan, file_times(TEST_TIMES, all_configs=True), inv, unplanned=unplanned,
+                              results=runs, torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
+    total = sum(universe.durations.values())
+    if budget_share is not None:
+        budget_s = round(total * budget_share, 3)
+    fp = pick_files(change, universe, budget_s=budget_s, trial=trial or ())
+    # Inside the picked files, the plan's known tests in the order of the test-level heuristics.
+    tests: list[PickedTest] = []
+    if inv is not None:
+        failures: dict[str, int] = {}
+        for r in runs:
+            for t in r.failed():
+                failures[t.id] = failures.get(t.id, 0) + 1
+        known = inv.model_copy(update={"tests": [t for t in inv.tests if t.method != FILE_LEVEL_ID]})
+        ctx = PickContext(change.diffs, change.text, failures)
+        ranked = pick_tests(the_plan, known, ctx, None, file_times(TEST_TIMES))
+        picked_files = {f.file: f for f in fp.files}
+        seen = set()
+        for t in ranked.tests:
+            if t.id.split("::", 1)[0] in picked_files:
+                tests.append(t)
+                seen.add(t.id)
+        for f in fp.files:
+            rest = [i for i in f.tests if i not in seen]
+            for i in rest:
+                tests.append(PickedTest(id=i, score=f.score, reason=f.reason,
+                                        estimated_s=round(f.estimated_s / max(len(f.tests), 1), 3)))
+    result = Pick(backend=the_plan.backend, budget_s=budget_s, plan_digest=the_plan.digest, pr=pr_number,
+                  tests=tests, dropped=fp.dropped, files=fp.files, total_s=round(total, 3),
+                  empty_reason=fp.empty_reason)
+    if out is not None:
+        atomic_write_text(out, result.model_dump_json(indent=1, exclude_none=True) + "\n")
+    share = fp.spent_s / total if total else 0.0
+    typer.echo(f"picked {len(fp.files)} of {len(universe.durations)} files ({fp.mode}), {len(tests)} known tests, "
+               f"~{fp.spent_s:.0f}s = {share:.1%} of the time" + (f" -> {out}" if out else ""))
+    for f in fp.files[:10]:
+        typer.echo(f"  {f.score:7.2f}  {f.estimated_s:8.1f}s  {f.file}  {f.reason}")
+    if not fp.files and not tests:
+        typer.echo(f"error[empty-pick]: nothing picked: {fp.empty_reason}\n"
+                   "hint: check the plan runs some files (or pass --unplanned), and the change and budget", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("evaluate", help=(
+    "Measure picks on cases with known failing tests (JSONL: id, kind, diff or paths, failing_files, source): "
+    "change recall, file recall and selection rate at 25% and 50% of the total test time, and APFD, for each "
+    "signal alone and combined, against a seeded random order and a path-keyword-only order computed in the "
+    "same run. Candidates: every file of test-times.json (or the files --plan runs). Prints a table; --json "
+    "writes the figures."
+))
+def evaluate_cmd(
+    cases: Annotated[Path, typer.Option("--cases", help="cases JSONL")],
+    plan: Annotated[Path | None, typer.Option(help="only the files this plan runs (default: every upstream file)")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch checkout: test files' real imports")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+) -> None:
+    from importlib.metadata import version
+
+    from crcr.contracts.plan import load_plan
+    from crcr.data import TEST_TIMES
+    from crcr.fileio import atomic_write_text
+    from selector.evaluate import evaluate, load_cases, render_table
+    from selector.importgraph import cached_torch_graph
+    from selector.inventory.opdb import load_opdb
+    from selector.inventory.sources import installed_torch_dir
+    from selector.inventory.test_times import file_times
+    from selector.universe import build_universe
+
+    data_dir = _settings().data_dir
+    the_cases = load_cases(cases)
+    graph = cached_torch_graph(installed_torch_dir(), data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    universe = build_universe(load_plan(plan) if plan else None, file_times(TEST_TIMES, all_configs=True),
+                              torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
+    report = evaluate(the_cases, universe)
+    typer.echo(render_table(report))
+    if json_out is not None:
+        atomic_write_text(json_out, json.dumps(report, indent=1, sort_keys=True) + "\n")

@@ -25,6 +25,28 @@ class DroppedTest(BaseModel):
     reason: str = Field(min_length=1)
 
 
+class SignalScore(BaseModel):
+    """What one signal said about a picked file: its weighted score and why."""
+
+    model_config = ConfigDict(extra="forbid")
+    signal: str
+    score: float
+    why: str = Field(min_length=1)
+
+
+class PickedFile(BaseModel):
+    """An upstream test file in the pick, with the signals that put it there."""
+
+    model_config = ConfigDict(extra="forbid")
+    file: str = Field(description="upstream test file, e.g. test/test_nn.py")
+    score: float = 0.0
+    estimated_s: float = Field(0.0, description="measured duration (test-times.json or the backend's own results)")
+    reason: str = Field(min_length=1)
+    signals: list[SignalScore] = Field(default_factory=list, description="counted signals, highest first")
+    trial: list[SignalScore] = Field(default_factory=list, description="signals in trial mode: scored, not counted")
+    tests: list[str] = Field(default_factory=list, description="test ids of this file the plan knows, in run order")
+
+
 class Pick(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -36,6 +58,9 @@ class Pick(BaseModel):
     plan_digest: str | None = None
     tests: list[PickedTest] = Field(default_factory=list, description="in the order to run them")
     dropped: list[DroppedTest] = Field(default_factory=list, description="notable tests left out, and why")
+    files: list[PickedFile] = Field(default_factory=list, description="upstream test files in the order to run them")
+    total_s: float | None = Field(None, description="duration of every candidate file (for the selection rate)")
+    empty_reason: str | None = Field(None, description="why nothing was picked, when nothing was")
 
 
 def load_pick(path: Path | str) -> Pick:

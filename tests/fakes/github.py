@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qsl
 
 import jwt
 from cryptography.hazmat.primitives import serialization
@@ -61,6 +62,7 @@ class Recorded:
     responded: bool = False  # False: the connection was dropped before an answer was written
     fault: str | None = None
     done_at: float | None = None  # when the answer was written
+    query: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -96,6 +98,7 @@ class _State:
     # issues and pull requests by (repo, number) (a PR is an issue with `pull_request`), and their comments
     issues: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     comments: list[dict[str, Any]] = field(default_factory=list)
+    public_pulls: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # anonymous reads (add_pull)
 
 
 def _iso(ts: float) -> str:
@@ -221,6 +224,11 @@ class FakeGitHub:
         with self._lock:
             return [c for r, i, c in self.state.reactions if r == repo and i == comment_id]
 
+    def add_pull(self, repo: str, number: int, *, title: str, body: str, files: list[dict[str, Any]]) -> None:
+        """A public PR: ``GET /repos/{repo}/pulls/{n}`` and its paginated ``/files`` (``filename``, ``patch``...)."""
+        with self._lock:
+            self.state.public_pulls[(repo, number)] = {"title": title, "body": body, "files": files}
+
     # ---- what happened -----------------------------------------------------------------
     def add_file(self, repo: str, path: str, text: str, *, ref: str = "main") -> None:
         """A file the public contents API serves (``GET /repos/{repo}/contents/{path}?ref=``)."""
@@ -282,7 +290,35 @@ class FakeGitHub:
             return None
         return found[0]
 
-    def handle(self, method: str, path: str, headers: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+    def _pull(self, repo: str, number: int, files: bool, query: dict[str, str],
+              headers: dict[str, str]) -> tuple[int, dict[str, str], Any]:
+        """A public PR, or one page of its files with GitHub's ``Link`` header (per_page at most 100)."""
+        with self._lock:
+            pr = self.state.public_pulls.get((repo, number))
+        if pr is None:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        if not files:
+            return 200, {}, {"number": number, "state": "open", "title": pr["title"], "body": pr["body"],
+                             "url": f"http://{headers.get('host', '127.0.0.1')}/repos/{repo}/pulls/{number}",
+                             "changed_files": len(pr["files"])}
+        per_page = max(1, min(100, int(query.get("per_page", "30"))))
+        page = max(1, int(query.get("page", "1")))
+        items = pr["files"][:3000]
+        chunk = items[(page - 1) * per_page: page * per_page]
+        last = max(1, -(-len(items) // per_page))
+        base = f"http://{headers.get('host', '127.0.0.1')}/repos/{repo}/pulls/{number}/files"
+        links = []
+        if page < last:
+            links.append(f'<{base}?per_page={per_page}&page={page + 1}>; rel="next"')
+            links.append(f'<{base}?per_page={per_page}&page={last}>; rel="last"')
+        if page > 1:
+            links.append(f'<{base}?per_page={per_page}&page=1>; rel="first"')
+        out = [{"sha": f"{i:040x}", "status": "modified", "additions": 1, "deletions": 1, "changes": 2,
+                "blob_url": "", "raw_url": "", "contents_url": "", **f} for i, f in enumerate(chunk)]
+        return 200, ({"Link": ", ".join(links)} if links else {}), out
+
+    def handle(self, method: str, path: str, headers: dict[str, str], body: Any,
+               query: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
         """Route one request; returns (status, headers, JSON body or None)."""
         auth = headers.get("authorization", "")
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/installation", path)
@@ -306,6 +342,10 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/pulls/(\d+)(/files)?", path)
+        # anonymous reads are of public PRs (add_pull); authenticated ones of the App's PRs (set_pull)
+        if m and method == "GET" and ((f"{m[1]}/{m[2]}", int(m[3])) in self.state.public_pulls or not auth):
+            return self._pull(f"{m[1]}/{m[2]}", int(m[3]), bool(m[4]), query or {}, headers)
         m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(issues/\d+/comments|issues/comments/.+|issues/\d+/labels|collaborators/.+|pulls"
                          r"|pulls/\d+|actions/runs/\d+/cancel|branches/.+|compare/.+)", path)
         if m:
@@ -686,13 +726,14 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        path, _, query = self.path.partition("?")
+        path, _, raw_query = self.path.partition("?")
+        query = dict(parse_qsl(raw_query))
         api_prefix = "/api/v3"  # a GHES-style base URL is accepted too
         if path.startswith(api_prefix):
             path = path[len(api_prefix):]
         headers = {k.lower(): v for k, v in self.headers.items()}
-        headers[":query"] = query  # not a real header name: the query string, for routes that read it
-        rec = Recorded(self.command, path, headers, body, time.time())
+        headers[":query"] = raw_query  # not a real header name: the query string, for routes that read it
+        rec = Recorded(self.command, path, headers, body, time.time(), query=query)
         with fake._lock:
             fake.requests.append(rec)
             fake.in_flight += 1
@@ -724,7 +765,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(fault.status, extra, {"message": msg, "documentation_url": "https://docs.github.com/rest"},
                            rec)
                 return
-        status, extra, payload = fake.handle(self.command, path, headers, body)
+        status, extra, payload = fake.handle(self.command, path, headers, body, rec.query)
         rec.status = status
         if fault is not None and fault.lose_response:
             rec.fault = "lose_response"  # the work is done (recorded) but the client never hears back

@@ -6,7 +6,7 @@ import pytest
 
 from .conftest import FIX, UPSTREAM
 
-COMMANDS = ["inventory", "plan", "upgrade", "refine", "explain", "export", "import", "check", "diff", "pick"]
+COMMANDS = ["inventory", "plan", "upgrade", "refine", "explain", "export", "import", "check", "diff", "pick", "evaluate"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
