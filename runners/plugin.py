@@ -87,13 +87,22 @@ class CrcrPlugin:
         if deselected:
             config.hook.pytest_deselected(items=deselected)
         items[:] = keep
+        unplanned: dict[str, int] = {}
         for item in items:
             if plan is not None:
                 decision = plan.resolve(item.nodeid)
-                item.stash[_STASH_DECISION] = {
-                    "mode": decision.mode, "reason": decision.reason, "source": decision.source,
-                }
-                _apply_decision(item, decision.mode, decision.reason, decision.source)
+                mode, reason = decision.mode, decision.reason
+                if decision.source == "unplanned":
+                    file = item.nodeid.split("::", 1)[0]
+                    unplanned[file] = unplanned.get(file, 0) + 1
+                    mode, reason = selection.unplanned_decision(self.cfg.unplanned, file)
+                item.stash[_STASH_DECISION] = {"mode": mode, "reason": reason, "source": decision.source}
+                _apply_decision(item, mode, reason, decision.source)
+        if unplanned and self.cfg.unplanned == "error" and not config.option.collectonly:
+            # refuse before running anything: a run that silently skips whole files is not green
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
+            self.emit("unplanned", files=unplanned, total=sum(unplanned.values()))
         if config.option.collectonly and self.cfg.inventory_path:
             from runners import inventory
 

@@ -24,4 +24,5 @@ class RunConfig(BaseModel):
     rerun_failures: bool = True
     inventory_path: str | None = None
     repro_prefix: str = "crcr run"
+    unplanned: str = "error"  # with a plan, tests of files it does not cover: error | skip | run
     pick_missing: list[str] = []  # filled in the child: picked ids that were not collected
