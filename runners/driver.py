@@ -203,10 +203,14 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
         if opts.collect_only:
             if not inventory_tmp.exists():
                 raise CollectionError(f"collection wrote no inventory; pytest log:\n{_tail(log)}")
-            _check_collected(prepared, outcome.collected_total, log)
             assert opts.inventory is not None
+            # written even when files failed to import: the inventory records them (``errors``)
             atomic_write_bytes(opts.inventory, inventory_tmp.read_bytes())
+            _check_imports(outcome)
+            _check_collected(prepared, outcome.collected_total, log)
             return None
+        if outcome.collected_total == 0:
+            _check_imports(outcome)
         _check_collected(prepared, outcome.collected_total, log)
     if outcome.unplanned_refused:
         raise _unplanned_error(prepared, outcome.unplanned_refused)
@@ -288,6 +292,20 @@ def _test_result(prepared: Prepared, event: dict[str, Any]) -> TestResult:
     if data.get("outcome") not in ("passed", "skipped"):
         data["repro"] = repro_command(prepared, event["id"])
     return TestResult.model_validate(data)
+
+
+def _check_imports(outcome: Any) -> None:
+    """Files that failed to import make collection fail, naming what the installed torch lacks."""
+    failed = [e for e in outcome.results.values() if e.get("error_class") == "CollectionError"]
+    if not failed:
+        return
+    lines = [str(e.get("message") or e["id"]).splitlines()[0] for e in failed]
+    shown = "\n  ".join(lines[:10]) + (f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else "")
+    raise CollectionError(
+        f"{len(failed)} file(s) could not be imported; none of their tests is collected:\n  {shown}",
+        hint="a file written for another torch version imports names this torch lacks: use the checkout that "
+        "matches the installed torch, or narrow the run with --file; the inventory records each file under errors",
+    )
 
 
 def _check_collected(prepared: Prepared, total: int, log: Path) -> None:

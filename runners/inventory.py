@@ -144,7 +144,8 @@ def describe(item: Any, device: str) -> InventoryTest:
     )
 
 
-def write_inventory(items: list[Any], cfg: RunConfig) -> None:
+def write_inventory(items: list[Any], cfg: RunConfig, errors: list[Any] | None = None) -> None:
+    """Write the collected tests, and one record per file that could not be imported."""
     import torch
 
     inventory = Inventory(
@@ -154,6 +155,7 @@ def write_inventory(items: list[Any], cfg: RunConfig) -> None:
         device=cfg.device,
         granularity="test",
         tests=[describe(item, cfg.device) for item in items],
+        errors=list(errors or []),
     )
     assert cfg.inventory_path is not None
     inventory.write(Path(cfg.inventory_path))

@@ -46,6 +46,7 @@ class CrcrPlugin:
         self._events = open(cfg.events_path, "a", encoding="utf-8")
         self._crash = open(cfg.crash_path, "a", encoding="utf-8")
         self._counters = None
+        self._collection_errors: list[Any] = []  # crcr.contracts.inventory.InventoryError per file
 
     # -- events ---------------------------------------------------------------------
     def emit(self, kind: str, **data: Any) -> None:
@@ -68,13 +69,24 @@ class CrcrPlugin:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # an upstream file that fails to import is one error for that file, not a dead run
         if report.failed:
+            import sys
+
+            from crcr.contracts.inventory import parse_import_failure
+
+            torch = sys.modules.get("torch")
+            failure = parse_import_failure(report.nodeid or "<collection>", report.longreprtext,
+                                           getattr(torch, "__version__", None))
+            self._collection_errors.append(failure)
             self.emit(
                 "result",
                 id=report.nodeid or "<collection>",
                 outcome="error",
                 error_class="CollectionError",
-                message=outcomes.excerpt(report.longreprtext),
+                # the first line names what the installed torch lacks; pytest's text follows
+                message=failure.describe()[:300] + "\n" + (outcomes.excerpt(report.longreprtext) or "")[-1600:],
                 duration_s=0.0,
+                missing=failure.missing,
+                module=failure.module,
             )
 
     @pytest.hookimpl(trylast=True)
@@ -106,7 +118,7 @@ class CrcrPlugin:
         if config.option.collectonly and self.cfg.inventory_path:
             from runners import inventory
 
-            inventory.write_inventory(items, self.cfg)
+            inventory.write_inventory(items, self.cfg, self._collection_errors)
         import torch
 
         self.emit(
