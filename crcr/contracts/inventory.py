@@ -40,6 +40,8 @@ class InventoryTest(BaseModel):
     fingerprint: str = Field(description="hash of source_fingerprint and opinfo_fingerprint")
     source_fingerprint: str | None = Field(None, description="hash of the test's own source")
     opinfo_fingerprint: str | None = Field(None, description="hash of the OpInfo entry it expands")
+    op_dtypes: list[str] | None = Field(None, description="dtypes the OpInfo claims for this test's device type "
+                                        "(what test_dtypes compares the backend with)")
     duration_s: float | None = Field(None, description="measured or estimated duration")
 
     @property
