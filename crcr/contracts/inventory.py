@@ -91,8 +91,12 @@ def parse_import_failure(file: str, text: str, torch_version: str | None) -> Inv
         found = _ANY_ERROR.findall(text)
         cls, missing, module = (found[-1] if found else "CollectionError"), None, None
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    # pytest marks the exception's own lines with "E"; the last of them says what went wrong
+    said = [ln[1:].strip() for ln in lines if ln.startswith("E ") and cls in ln]
+    tail = "\n".join(lines[-8:])
+    message = (said[-1] + "\n" + tail) if said else tail
     return InventoryError(file=file, error_class=cls, missing=missing, module=module, torch_version=torch_version,
-                          message="\n".join(lines[-8:])[:2000])
+                          message=message[:2000])
 
 
 class Inventory(BaseModel):
