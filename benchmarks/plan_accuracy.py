@@ -1,7 +1,7 @@
 """Plan accuracy on real upstream test files: what the plan says vs what the tests do on the device.
 
     python benchmarks/plan_accuracy.py CHECKOUT --tuned test/test_ops.py \
-        --held-back test/test_unary_ufuncs.py --shard 1/40 [--backend snpu]
+        --held-back test/test_unary_ufuncs.py --held-back test/test_binary_ufuncs.py@1/4 --shard 1/40
 
 CHECKOUT is a PyTorch source checkout (upstream files are never part of this repository).
 Per file it runs, through the ``crcr`` CLI as a user would:
@@ -128,7 +128,8 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkout", type=Path)
-    parser.add_argument("--tuned", action="append", default=[], help="upstream file the rules were tuned on")
+    parser.add_argument("--tuned", action="append", default=[],
+                        help="upstream file the rules were tuned on (FILE or FILE@I/N for its own shard)")
     parser.add_argument("--held-back", action="append", default=[], help="upstream file held back from tuning")
     parser.add_argument("--shard", default="1/40", help="which slice of each file to execute (crcr run --shard)")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k slice applied to every file")
@@ -141,12 +142,14 @@ def main() -> None:
             totals: Counter[tuple[str, str]] = Counter()
             old_totals: Counter[tuple[str, str]] = Counter()
             all_totals: Counter[tuple[str, str]] = Counter()
-            for file in files:
-                r = measure(args.checkout, file, args.shard, args.backend, Path(tmp), args.keyword)
+            for spec in files:
+                file, _, shard = spec.partition("@")  # test/test_x.py@1/4: this file's own shard
+                shard = shard or args.shard
+                r = measure(args.checkout, file, shard, args.backend, Path(tmp), args.keyword)
                 totals.update(r["matrix"])
                 old_totals.update(r["old"])
                 all_totals.update(r["all_run"])
-                print(f"[{group}] {file}: {r['tests_in_file']} tests collected and planned, shard {args.shard} "
+                print(f"[{group}] {file}: {r['tests_in_file']} tests collected and planned, shard {shard} "
                       f"executed; plan {r['plan_s']:.0f}s, run {r['run_s']:.0f}s; decided by {dict(r['by_source'])}")
                 print(matrix_text(r["matrix"]))
                 for name, m in (("plan", r["matrix"]), ("rules without template rules", r["old"]),

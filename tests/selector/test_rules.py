@@ -126,5 +126,9 @@ def test_python_ref_tests_need_prims_kernels(caps):
                  _template_test("test_compare_cpu", "_refs.softmax")):
         decision = classify(test, ctx)
         assert (decision.mode, decision.rule) == ("skip", "python-refs") and "prims" in decision.reason
+    # the torch-fallback variant calls back into torch.*: the torch op's kernel decides
+    fallback = _template_test("test_python_ref_torch_fallback", "_refs.softmax")
+    assert classify(fallback, ctx).mode == "run" and "calls back into torch.softmax" in classify(fallback, ctx).reason
+    assert classify(_template_test("test_python_ref_torch_fallback", "_refs.cholesky_inverse"), ctx).mode == "skip"
     caps.aten_ops.add("prims::add")
     assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
