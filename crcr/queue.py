@@ -8,7 +8,9 @@ on the task key without sharing a module-level instance.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,20 @@ def enqueue_many(huey: Huey, tasks: list[Any]) -> None:
         curs.executemany("insert into task (queue, data, priority) values (?, ?, ?)", rows)
 
 
+def redis_queue_name(name: str) -> str:
+    """The name handed to RedisHuey, distinct for every distinct ``CRCR_QUEUE_NAME``.
+
+    Huey keeps only ``[A-Za-z0-9_]`` of a name in its Redis keys, so ``relay-a`` and
+    ``relay.a`` would share one queue (each relay taking the other's tasks). A name
+    with other characters gets a digest of the whole name appended; a plain name is
+    used as it is (existing queues keep their keys).
+    """
+    if re.fullmatch(r"[A-Za-z0-9_]+", name):
+        return name
+    kept = re.sub(r"[^A-Za-z0-9_]", "", name)
+    return f"{kept}_{hashlib.sha256(name.encode('utf-8')).hexdigest()[:16]}"
+
+
 def make_huey(queue_url: str, *, name: str = "crcr", immediate: bool = False) -> Huey:
     """A Huey for ``queue_url`` (``sqlite:///path`` or ``redis://host:port/db``)."""
     if queue_url.startswith(("redis://", "rediss://", "unix://")):
@@ -60,7 +76,7 @@ def make_huey(queue_url: str, *, name: str = "crcr", immediate: bool = False) ->
             import redis  # noqa: F401
         except ImportError as exc:  # pragma: no cover - the extra is installed in CI
             raise MissingExtraError("redis", "redis", "a Redis queue") from exc
-        return RedisHuey(name, url=queue_url, results=False, immediate=immediate)
+        return RedisHuey(redis_queue_name(name), url=queue_url, results=False, immediate=immediate)
     if queue_url.startswith("sqlite:///"):
         path = Path(queue_url[len("sqlite:///"):])
         if not immediate:

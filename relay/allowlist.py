@@ -1,6 +1,7 @@
 """The allowlist: which downstream repositories receive dispatches, at which level.
 
-CRCR's format is read unchanged (``L1``..``L4``, see CONTRACTS.md). crcr's optional
+CRCR's format (PyTorch's cross-repo CI relay) is read unchanged (``L1``..``L4``), with
+CRCR's accepts and refusals (see docs/crcr-parity.md). crcr's optional
 extensions live under a top-level ``crcr:`` key that CRCR ignores::
 
     crcr:
@@ -15,7 +16,9 @@ extensions live under a top-level ``crcr:`` key that CRCR ignores::
           timeout_s: 600
 
 ``load_allowlist`` parses and validates; ``AllowlistSource`` serves it from a file or
-an https URL with a TTL cache, keeping the last good copy when a refresh fails.
+an https URL with a TTL cache, keeping the last good copy when a refresh fails; a
+``https://github.com/<owner>/<repo>/blob/<ref>/<path>`` URL is read through GitHub's
+contents API, as CRCR reads it.
 """
 
 from __future__ import annotations
@@ -34,15 +37,20 @@ import httpx
 import yaml
 
 from crcr.errors import ConfigError
+from crcr.github.contents import ContentsError, parse_blob_url, read_blob_url
 
 log = logging.getLogger("crcr.relay.allowlist")
 
 REPO_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,99})/[A-Za-z0-9._-]{1,100}$")
-DEVICE_RE = re.compile(r"^[A-Za-z0-9._-]{1,50}$")
+DEVICE_RE = re.compile(r"^[^\s]{1,50}$")  # a label suffix: GitHub labels are at most 50 chars
 LEVELS = ("L1", "L2", "L3", "L4")
 DEFAULT_UNTRUSTED = ("FIRST_TIME_CONTRIBUTOR", "FIRST_TIMER", "NONE")
 KNOWN_EVENTS = ("pull_request", "push")
 TARGET_KEYS = {"events", "paths", "untrusted", "kind", "command", "timeout_s"}
+CRCR_KEYS = {"targets", "untrusted_associations", "rerun"}
+# re-run of a check run: CRCR re-runs the downstream workflow run through the Actions API
+# ("upstream"); crcr's own way dispatches the upstream event again as a new delivery ("dispatch")
+RERUN_MODES = ("dispatch", "upstream")
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,11 @@ class Target:
 @dataclass(frozen=True)
 class Allowlist:
     targets: dict[str, Target]
-    untrusted_associations: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_UNTRUSTED))
+    # empty without a crcr: section: CRCR dispatches every author_association
+    untrusted_associations: frozenset[str] = field(default_factory=frozenset)
+    extensions: bool = False  # the crcr: section is present (crcr's own behaviours on)
+    rerun: str = "upstream"  # see RERUN_MODES
+    ignored_keys: tuple[str, ...] = ()  # top-level keys neither CRCR nor crcr reads (ignored, as CRCR does)
 
     def level_of(self, repo: str) -> int | None:
         """The CRCR level (1..4) of ``repo``, or None when it is not allowlisted."""
@@ -106,53 +118,69 @@ def _bad(where: str, what: str) -> ConfigError:
 
 
 def _oncalls(value: Any, where: str) -> tuple[str, ...]:
-    if value is None:
+    """Oncalls as CRCR reads them: a comma-separated string (any scalar is read as text) or a list."""
+    if value is None or value == "" or value == []:
         return ()
-    if isinstance(value, str):
-        return tuple(s.strip() for s in value.split(",") if s.strip())
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return tuple(v.strip() for v in value if v.strip())
+    if isinstance(value, list):
+        return tuple(str(v).strip() for v in value if v is not None and str(v).strip())
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return tuple(s.strip() for s in str(value).split(",") if s.strip())
     raise _bad(where, f"oncalls must be a comma-separated string or a list of names, got {type(value).__name__}")
 
 
 def _check_repo(repo: Any, where: str) -> str:
-    if not isinstance(repo, str) or not REPO_RE.match(repo) or ".." in repo:
+    """``owner/repo``; surrounding blanks and slashes are dropped (``org/repo/`` is ``org/repo``), as CRCR does.
+
+    CRCR then only asks for a ``/``; crcr also refuses names GitHub cannot have
+    (``a/b/c``, spaces, ``..``), since the name becomes part of API URLs.
+    """
+    name = str(repo).strip().strip("/") if isinstance(repo, str | int | float) and not isinstance(repo, bool) else None
+    if not name or "/" not in name:
         raise _bad(where, f"{repo!r} is not an owner/repo name")
-    return repo
+    if not REPO_RE.match(name) or ".." in name:
+        raise _bad(where, f"{repo!r} is not an owner/repo name GitHub allows")
+    return name
 
 
 def _entries(value: Any, level: str) -> list[tuple[str, tuple[str, ...]]]:
-    """L1/L2/L4 entries: `owner/repo`, `owner/repo: oncalls` (a one-key mapping), or a mapping."""
-    if value is None:
+    """L1/L2/L4: a list of ``owner/repo`` or one-key ``owner/repo: oncalls`` mappings (as CRCR)."""
+    if value is None or value == [] or value == {} or value == "":
         return []
-    if isinstance(value, dict):  # tolerate `L1: {org/repo: oncalls}`
-        value = [{k: v} for k, v in value.items()]
     if not isinstance(value, list):
-        raise _bad(level, f"expected a list of owner/repo entries, got {type(value).__name__}")
+        raise _bad(level, f"must be a list of owner/repo entries, got {type(value).__name__}")
     out = []
     for i, item in enumerate(value):
         where = f"{level}[{i}]"
         if isinstance(item, str):
-            out.append((_check_repo(item.strip(), where), ()))
-        elif isinstance(item, dict) and len(item) == 1:
+            out.append((_check_repo(item, where), ()))
+        elif isinstance(item, dict):
+            if len(item) != 1:
+                raise _bad(where, "a mapping entry must have exactly one repo key (`owner/repo: oncall1, oncall2`)")
             ((repo, oncalls),) = item.items()
             out.append((_check_repo(repo, where), _oncalls(oncalls, f"{where} ({repo})")))
         else:
-            raise _bad(where, "expected `owner/repo` or `owner/repo: oncall1, oncall2`")
+            raise _bad(where, f"must be `owner/repo` or `owner/repo: oncall1, oncall2`, got {type(item).__name__}")
     return out
 
 
 def _l3(value: Any) -> list[tuple[str, tuple[str, ...], str]]:
-    if value is None:
+    """L3: device -> {owner/repo: [oncalls]} (a repo mapping under each device, as CRCR)."""
+    if value is None or value == {} or value == [] or value == "":
         return []
     if not isinstance(value, dict):
-        raise _bad("L3", "expected a mapping of device -> {owner/repo: [oncalls]}")
+        raise _bad("L3", f"must be a mapping of device -> {{owner/repo: [oncalls]}}, got {type(value).__name__}")
     out = []
-    for device, repos in value.items():
-        if not isinstance(device, str) or not DEVICE_RE.match(device):
-            raise _bad(f"L3.{device}", "device names are letters, digits, '.', '_' or '-'")
-        for repo, oncalls in _entries(repos, f"L3.{device}"):
-            out.append((repo, oncalls, device))
+    for device_raw, repos in value.items():
+        device = str(device_raw).strip()
+        if not device:
+            raise _bad("L3", "a device name must not be empty")
+        if not DEVICE_RE.match(device):
+            raise _bad(f"L3.{device}", "a device name is the <device> of a ciflow/crcr/<device> label (no blanks)")
+        if not isinstance(repos, dict):
+            raise _bad(f"L3.{device}", f"must be a repo mapping (`owner/repo: [oncalls]`), got {type(repos).__name__}")
+        for repo, oncalls in repos.items():
+            where = f"L3.{device}"
+            out.append((_check_repo(repo, where), _oncalls(oncalls, f"{where}.{repo}"), device))
     return out
 
 
@@ -198,24 +226,26 @@ def _extension(repo: str, spec: Any) -> dict[str, Any]:
 
 
 def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
-    """Validate a loaded allowlist document; errors name the entry and what is wrong."""
+    """Validate a loaded allowlist document; errors name the entry and what is wrong.
+
+    Accepts and refuses what CRCR accepts and refuses: unknown top-level keys are
+    ignored (listed in ``ignored_keys``), a repo may appear only once in the whole file
+    (also under two L3 devices), ``org/repo/`` reads as ``org/repo``. The ``crcr:`` key
+    switches on crcr's own behaviours (see docs/crcr-parity.md); without it the relay
+    behaves as CRCR: every PR author is dispatched to (no trust gating).
+    """
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise _bad(source, "expected a mapping with keys L1..L4")
-    unknown = sorted(set(data) - {*LEVELS, "crcr"})
-    if unknown:
-        raise _bad(source, f"unknown top-level keys {unknown}; expected L1, L2, L3, L4 and optionally crcr")
+        raise _bad(source, f"expected a mapping with keys L1..L4, got {type(data).__name__}")
+    ignored = tuple(sorted(str(k) for k in data if k not in (*LEVELS, "crcr")))
     found: dict[str, dict[str, Any]] = {}
 
     def add(repo: str, level: int, oncalls: tuple[str, ...], device: str | None, where: str) -> None:
         if repo in found:
             prev = found[repo]
-            if not (level == 3 and prev["level"] == 3):
-                raise _bad(where, f"{repo} appears more than once (already at L{prev['level']}); a repo appears once")
-            prev["devices"] = (*prev["devices"], device)  # one L3 repo may serve several devices
-            prev["oncalls"] = tuple(dict.fromkeys((*prev["oncalls"], *oncalls)))
-            return
+            raise _bad(where, f"duplicate repo {repo!r} (already at L{prev['level']}"
+                              + (f" under device {prev['devices'][0]}" if prev["devices"] else "") + "); a repo appears once")
         found[repo] = {"repo": repo, "level": level, "oncalls": oncalls, "devices": (device,) if device else ()}
 
     for repo, oncalls in _entries(data.get("L1"), "L1"):
@@ -227,15 +257,20 @@ def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
     for repo, oncalls in _entries(data.get("L4"), "L4"):
         add(repo, 4, oncalls, None, "L4")
 
+    extensions = "crcr" in data
     ext = data.get("crcr") or {}
     if not isinstance(ext, dict):
         raise _bad("crcr", "expected a mapping")
-    unknown = sorted(set(ext) - {"targets", "untrusted_associations"})
+    unknown = sorted(set(ext) - CRCR_KEYS)
     if unknown:
-        raise _bad("crcr", f"unknown keys {unknown}; known: targets, untrusted_associations")
-    untrusted = ext.get("untrusted_associations", list(DEFAULT_UNTRUSTED))
+        raise _bad("crcr", f"unknown keys {unknown}; known: {', '.join(sorted(CRCR_KEYS))}")
+    # parity: a plain CRCR allowlist dispatches every author; the crcr: section turns gating on
+    untrusted = ext.get("untrusted_associations", list(DEFAULT_UNTRUSTED)) if extensions else []
     if not isinstance(untrusted, list) or not all(isinstance(u, str) for u in untrusted):
         raise _bad("crcr.untrusted_associations", "expected a list of author_association values")
+    rerun = ext.get("rerun", "dispatch")
+    if rerun not in RERUN_MODES:
+        raise _bad("crcr.rerun", f"expected one of {list(RERUN_MODES)}, got {rerun!r}")
     targets_ext = ext.get("targets") or {}
     if not isinstance(targets_ext, dict):
         raise _bad("crcr.targets", "expected a mapping of owner/repo -> options")
@@ -246,6 +281,9 @@ def parse_allowlist(data: Any, *, source: str = "allowlist") -> Allowlist:
     return Allowlist(
         targets={r: Target(**v) for r, v in found.items()},
         untrusted_associations=frozenset(u.upper() for u in untrusted),
+        extensions=extensions,
+        rerun=rerun if extensions else "upstream",
+        ignored_keys=ignored,
     )
 
 
@@ -270,8 +308,9 @@ class AllowlistSource:
     """
 
     def __init__(self, location: str, *, ttl_s: float = 300.0, clock: Callable[[], float] = time.monotonic,
-                 http_timeout_s: float = 10.0) -> None:
+                 http_timeout_s: float = 10.0, github_api_url: str = "https://api.github.com") -> None:
         self.location = location
+        self.github_api_url = github_api_url
         self.ttl_s = ttl_s
         self.clock = clock
         self.http_timeout_s = http_timeout_s
@@ -294,6 +333,13 @@ class AllowlistSource:
         if self.is_url:
             if self.location.startswith("http://") and not self.location.startswith(("http://127.0.0.1", "http://localhost")):
                 raise ConfigError(f"allowlist URL {self.location} is plain http", hint="use https (or a file path)")
+            if parse_blob_url(self.location) is not None:  # what PyTorch configures: read as CRCR does
+                try:
+                    text = read_blob_url(self.location, api_url=self.github_api_url, timeout_s=self.http_timeout_s)
+                except ContentsError as exc:
+                    raise ConfigError(f"cannot fetch the allowlist from {self.location}: {exc}",
+                                      hint="check CRCR_ALLOWLIST, CRCR_GITHUB_API_URL and the network") from exc
+                return parse_allowlist_text(text, source=self.location)
             try:
                 resp = httpx.get(self.location, timeout=self.http_timeout_s, follow_redirects=True)
                 resp.raise_for_status()

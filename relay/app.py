@@ -19,7 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
-from relay import callbacks, health, intake, results
+from relay import callbacks, health, intake, rerun_requests, results
+from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
 from relay.worker import Sweeper, register_tasks
 
@@ -29,7 +30,12 @@ log = logging.getLogger("crcr.relay")
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
                start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
     """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+    # read ci_providers.yml first: a file crcr cannot use stops the start (naming the key)
+    # before anything is created, instead of answering 500 to every callback later
+    verifier = OidcVerifier.from_settings(settings) if getattr(runtime, "oidc", None) is None else None
     runtime = runtime or Runtime.from_settings(settings)
+    if verifier is not None:
+        runtime.oidc = verifier
     secret, secret_path = webhook_secret(settings)
 
     @contextlib.asynccontextmanager
@@ -37,16 +43,21 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
         if migrate:
             await run_in_threadpool(upgrade, runtime.engine)
         register_tasks(runtime)
-        consumer = sweeper = None
+        rerun_requests.register(runtime)
+        consumer = sweeper = reruns = None
         if start_worker:
             consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers, wakeup=runtime.wakeup)
             consumer.start()
         if start_sweeper:
             sweeper = Sweeper(runtime)
             sweeper.start()
+            reruns = rerun_requests.RerunPoller(runtime)  # triage's rerun requests -> push dispatches
+            reruns.start()
         try:
             yield
         finally:
+            if reruns:
+                reruns.stop()
             if sweeper:
                 sweeper.stop()
             if consumer:

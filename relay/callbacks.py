@@ -1,9 +1,10 @@
-"""``POST /callback``: downstream jobs report their state (CRCR's callback contract).
+"""``POST /callback`` (also ``/github/callback``, CRCR's path): downstream jobs report their state (CRCR's callback contract).
 
 Order of checks, each with its own answer:
 
-1. body larger than ``MAX_CALLBACK_BYTES`` -> 413 (read in chunks, never whole);
-2. bearer token missing or invalid -> 401 (``relay.oidc``);
+1. a declared ``Content-Length`` over ``MAX_CALLBACK_BYTES`` -> 413 (nothing read);
+2. bearer token missing or invalid -> 401 (``relay.oidc``), before any of the body is read;
+   then a body that grows past ``MAX_CALLBACK_BYTES`` while streaming -> 413;
 3. a valid token from a repo below L2 or not allowlisted -> 200 ``{"status": "ignored"}``
    (CRCR's action calls with ``curl --fail-with-body``; an error would turn it red);
 4. over ``callback_rate_per_minute`` for that repo -> 429 with ``Retry-After``;
@@ -28,7 +29,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
-from starlette.background import BackgroundTask
+from starlette.background import BackgroundTask, BackgroundTasks
 from starlette.concurrency import run_in_threadpool
 
 from crcr.contracts.callback import CallbackBody
@@ -99,8 +100,8 @@ def identify(runtime: Any, authorization: str | None) -> Identity | JSONResponse
     try:
         return verifier_of(runtime).verify(authorization)
     except AuthError as exc:
-        count(runtime, "unauthorized")
-        return error(401, exc.reason)
+        count(runtime, "unauthorized" if exc.status == 401 else "forbidden")
+        return error(exc.status, exc.reason)
 
 
 def admit(runtime: Any, session: Any, ident: Identity, kind: str, now: dt.datetime) -> tuple[str, JSONResponse | None]:
@@ -166,7 +167,8 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
             return error(400, reason)
         try:
             applied = jobs.apply_callback(session, repo, body, now=now, upstream_repo=runtime.settings.upstream_repo,
-                                          commit_lookup=_commit_lookup(runtime))
+                                          commit_lookup=_commit_lookup(runtime),
+                                          crcr_mode=runtime.allowlist.get().extensions)
         except jobs.CallbackRejected as exc:
             session.rollback()
             record("rejected", exc.status, exc.reason, body.delivery_id, body.workflow.status)
@@ -182,9 +184,29 @@ def handle(runtime: Any, ident: Identity, raw: bytes) -> JSONResponse:
         log.info("[e: %s] %s %s/%s/%s: %s -> %s", job.delivery_id, repo, job.run_id, job.run_attempt,
                  job.job_name, applied.previous, job.state)
         # GitHub hears about it after the answer, so a slow GitHub never slows the job
-        background = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
+        background: BackgroundTask | None = BackgroundTask(checks.push_planned, runtime, row.id) if row is not None else None
+        if _failed_trunk_job(runtime, job):  # triage looks at the backend's trunk after the answer
+            both = BackgroundTasks([background] if background is not None else [])
+            both.add_task(_analyze_trunk, runtime, repo)
+            background = both
         return JSONResponse({"ok": True, "status": body.workflow.status, "job": applied.as_dict(),
                              "warnings": applied.warnings}, background=background)
+
+
+TRUNK_EVENTS = ("push", "nightly", "periodic")
+
+
+def _failed_trunk_job(runtime: Any, job: Any) -> bool:
+    return (getattr(runtime, "trunk_analyzer", None) is not None and job.state == "completed"
+            and job.event_type in TRUNK_EVENTS and job.conclusion not in ("success", "skipped", "neutral"))
+
+
+def _analyze_trunk(runtime: Any, repo: str) -> None:
+    """Run the analyzer crcr.cli installed (triage); it never fails the callback."""
+    try:
+        runtime.trunk_analyzer(repo)
+    except Exception:
+        log.exception("trunk analysis of %s failed; the callback is stored regardless", repo)
 
 
 def _schema_reason(exc: Exception) -> str:
@@ -196,18 +218,20 @@ def _schema_reason(exc: Exception) -> str:
 
 
 @router.post("/callback")
+@router.post("/github/callback", include_in_schema=False)  # CRCR's path: backends switch without edits
 async def callback(request: Request) -> JSONResponse:
     """A downstream job reports in_progress / completed (OIDC bearer, CRCR's body)."""
     runtime = runtime_of(request)
-    if declared_too_large(request, MAX_CALLBACK_BYTES):
+    if declared_too_large(request, MAX_CALLBACK_BYTES):  # a header: nothing read yet
         return error(413, f"callback bodies are limited to {MAX_CALLBACK_BYTES} bytes")
+    # the token first: an anonymous caller never gets 2 MB of its body buffered
+    ident = await run_in_threadpool(identify, runtime, request.headers.get("authorization"))
+    if isinstance(ident, JSONResponse):
+        return ident
     try:
         raw = await read_capped(request.stream(), MAX_CALLBACK_BYTES)
     except TooLarge:
         return error(413, f"callback bodies are limited to {MAX_CALLBACK_BYTES} bytes")
-    ident = await run_in_threadpool(identify, runtime, request.headers.get("authorization"))
-    if isinstance(ident, JSONResponse):
-        return ident
     try:
         return await run_in_threadpool(handle, runtime, ident, raw)
     except SQLAlchemyError:

@@ -1,10 +1,12 @@
 """Check runs on the upstream PR for downstream jobs (L3 with its device label, all L4).
 
-Named ``crcr/<owner>/<repo>/<workflow>/<job>``, ``external_id`` = the downstream run
-id, created in progress and completed with a summary (counts, failed tests, links,
-verdict). The ``check_runs`` row is the desired state, committed with the callback;
+Named ``crcr/<owner>/<repo>/<workflow>/<job>``, ``external_id`` = ``<run_id>:<pr>`` (as
+CRCR), created in progress and completed with a summary (counts, failed tests, links,
+verdict); as CRCR, each push creates a new check run (a ``crcr:`` allowlist section
+makes crcr update one check run per job in place). The ``check_runs`` row is the desired state, committed with the callback;
 pushing it to GitHub happens after the callback is answered (so a slow GitHub never
-slows a downstream job), and a row GitHub refused stays ``synced = False`` until the
+slows a downstream job), by the one pusher that claimed the row's current version, with
+no row lock held while GitHub answers, and a row GitHub refused stays ``synced = False`` until the
 next successful push or ``sync_pending`` retries it. A GitHub failure never fails the
 callback that caused it.
 
@@ -28,7 +30,8 @@ import re
 import threading
 from typing import Any, Protocol
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, or_, select, true, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from crcr.github.checks import (
@@ -39,8 +42,10 @@ from crcr.github.checks import (
     create_check_run,
     update_check_run,
 )
-from crcr.store.deliveries import PENDING, Delivery, Dispatch
+from crcr.store.deliveries import Delivery, Dispatch
 from crcr.store.jobs import COMPLETED, IN_PROGRESS, CheckRun, Job, ResultsUpload, utcnow
+from relay.events import describe, route
+from relay.rows import delivery_row, dispatch_rows
 
 log = logging.getLogger("crcr.relay.checks")
 
@@ -183,48 +188,105 @@ def _latest_results(session: Session, job: Job) -> ResultsUpload | None:
     return session.scalar(select(ResultsUpload).where(ResultsUpload.job_id == job.id).order_by(ResultsUpload.id.desc()).limit(1))
 
 
-def push(session: Session, row: CheckRun, runtime: _Runtime) -> bool:
-    """Send ``row``'s desired state to GitHub (create or update). True when GitHub took it.
+def _external_id(job: Job) -> str:
+    """``<run_id>:<pr>`` as CRCR writes it (the run id alone without a PR); re-runs read the run id back."""
+    return f"{job.run_id}:{job.pr_number}" if job.pr_number else str(job.run_id)
+
+
+def _claim(session: Session, row_id: int, lease: dt.timedelta) -> tuple[dt.datetime, dt.datetime] | None:
+    """Claim the current version of an unsynced row for one push; ``(version, claim)`` or None.
+
+    A conditional UPDATE, committed at once: no row lock is held while GitHub is called,
+    and a second pusher (thread or process) finds the claim and leaves the row alone.
+    """
+    now = utcnow()
+    until = now + lease
+    version = session.scalar(select(CheckRun.updated_at).where(CheckRun.id == row_id, CheckRun.synced.is_(False)))
+    if version is None:
+        return None
+    taken = session.execute(
+        update(CheckRun)
+        .where(CheckRun.id == row_id, CheckRun.synced.is_(False), CheckRun.updated_at == version,
+               or_(CheckRun.push_claimed_until.is_(None), CheckRun.push_claimed_until < now))
+        .values(push_claimed_until=until, updated_at=CheckRun.updated_at)
+    ).rowcount == 1
+    session.commit()
+    return (version, until) if taken else None
+
+
+def push(session: Session, row: CheckRun, runtime: _Runtime, *, claim: dt.datetime | None = None) -> bool:
+    """Send ``row``'s desired state to GitHub. True when GitHub took it.
 
     ``updated_at`` is the row's version: ``plan_check`` bumps it whenever the job moves.
-    The outcome is written only if the version is still the one read here, so a push of
-    an older state that finishes late never marks a newer plan as synced (the newer
-    plan's own push follows). A created check's id is kept either way.
+    The outcome is written only if the version is still the one read here (and, with
+    ``claim``, only while that claim is ours), so a push of an older state that finishes
+    late never marks a newer plan as synced. A created check's id is kept either way.
+
+    As CRCR does, every push creates a new check run (GitHub shows the newest of a name
+    on a commit) with ``external_id`` ``<run_id>:<pr>``; with a ``crcr:`` allowlist
+    section crcr updates its one check run per job in place instead.
     """
     job = row.job
     seen = row.updated_at
     output = render(job, results=_latest_results(session, job))
     status = "completed" if job.state == COMPLETED else ("in_progress" if job.state == IN_PROGRESS else "queued")
     conclusion = conclusion_of(job) if status == "completed" else None
-    # a button on finished, unsuccessful checks (GitHub's own "Re-run" stays available too)
-    actions = [RERUN_BUTTON] if conclusion in ("failure", "timed_out", "cancelled", "action_required") else []
+    in_place = bool(getattr(runtime.allowlist.get(), "extensions", False))
+    # crcr mode: a button on finished, unsuccessful checks (GitHub's own "Re-run" stays available too)
+    actions = [RERUN_BUTTON] if in_place and conclusion in ("failure", "timed_out", "cancelled",
+                                                            "action_required") else []
     same_version = (CheckRun.id == row.id) & (CheckRun.updated_at == seen)
+    if claim is not None:
+        same_version = same_version & (CheckRun.push_claimed_until == claim)
+    row_id, repo, name, head_sha, github_id = row.id, row.upstream_repo, row.name, row.head_sha, row.github_id
+    external_id, details_url, delivery_id = _external_id(job), _https(job.url), job.delivery_id
+    session.commit()  # end the read transaction: nothing is held while GitHub answers
     error: str | None = None
     try:
-        gh = runtime.github().client_for_repo(row.upstream_repo)
-        if row.github_id is None:
+        gh = runtime.github().client_for_repo(repo)
+        if github_id is None or not in_place:
             new_id = create_check_run(
-                gh, row.upstream_repo, name=row.name, head_sha=row.head_sha, status=status,
-                external_id=job.run_id, details_url=_https(job.url), output=output, conclusion=conclusion,
-                actions=actions,
+                gh, repo, name=name, head_sha=head_sha, status=status, external_id=external_id,
+                details_url=details_url, output=output, conclusion=conclusion, actions=actions,
             )
-            session.execute(update(CheckRun).where(CheckRun.id == row.id, CheckRun.github_id.is_(None))
+            keep = CheckRun.github_id.is_(None) if in_place else true()
+            session.execute(update(CheckRun).where(CheckRun.id == row_id, keep)
                             .values(github_id=new_id, updated_at=CheckRun.updated_at))
         else:
-            update_check_run(gh, row.upstream_repo, row.github_id, status=status, output=output,
-                             details_url=_https(job.url), conclusion=conclusion, actions=actions)
+            update_check_run(gh, repo, github_id, status=status, output=output,
+                             details_url=details_url, conclusion=conclusion, actions=actions)
     except CheckRunError as exc:
         error = exc.message
     except Exception as exc:  # auth/config problems: recorded, retried later, never a 5xx
         error = f"{type(exc).__name__}: {str(exc)[:300]}"
     if error is not None:
-        log.warning("[e: %s] check run %s not pushed: %s", job.delivery_id, row.name, error)
+        log.warning("[e: %s] check run %s not pushed: %s", delivery_id, name, error)
         session.execute(update(CheckRun).where(same_version).values(last_error=error, updated_at=seen))
     else:
         session.execute(update(CheckRun).where(same_version).values(
             synced=True, last_error=None, status=status, conclusion=conclusion, updated_at=seen))
+    if claim is not None:  # let go of the claim whatever happened (a newer version may be waiting)
+        session.execute(update(CheckRun).where(CheckRun.id == row_id, CheckRun.push_claimed_until == claim)
+                        .values(push_claimed_until=None, updated_at=CheckRun.updated_at))
+    session.commit()
     session.refresh(row)
     return error is None
+
+
+def _push_lease(runtime: Any) -> dt.timedelta:
+    # token lookup + mint + the check-run call, each bounded by the HTTP timeout
+    return dt.timedelta(seconds=float(getattr(runtime.settings, "dispatch_timeout_s", 10)) * 3 + 2)
+
+
+def push_claimed(session: Session, runtime: Any, row_id: int) -> bool | None:
+    """Claim ``row_id``'s current version, push it, write the outcome; None when not ours to push."""
+    claimed = _claim(session, row_id, _push_lease(runtime))
+    if claimed is None:
+        return None
+    row = session.get(CheckRun, row_id, populate_existing=True)
+    if row is None:
+        return None
+    return push(session, row, runtime, claim=claimed[1])
 
 
 def plan_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
@@ -253,45 +315,41 @@ def plan_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = F
 
 
 def ensure_check(session: Session, job: Job, runtime: _Runtime, *, force: bool = False) -> CheckRun | None:
-    """``plan_check`` then push at once (the caller commits)."""
+    """``plan_check``, commit, then push at once (claimed like any push)."""
     row = plan_check(session, job, runtime, force=force)
+    session.commit()
     if row is not None:
-        push(session, row, runtime)
+        push_claimed(session, runtime, row.id)
     return row
 
 
-_row_locks: dict[int, threading.Lock] = {}
-_row_locks_guard = threading.Lock()
-
-
-def _lock_for(row_id: int) -> threading.Lock:
-    """One lock per check row in this process: pushes of a row never overlap."""
-    with _row_locks_guard:
-        if len(_row_locks) > 10_000:  # rows are short-lived; drop idle locks wholesale
-            for key in [k for k, lk in _row_locks.items() if not lk.locked()]:
-                del _row_locks[key]
-        return _row_locks.setdefault(row_id, threading.Lock())
+MAX_CATCH_UP = 5  # versions one push_planned call follows while callbacks keep arriving
 
 
 def push_planned(runtime: Any, row_id: int) -> bool:
     """Push one planned row in its own session (run after the callback was answered).
 
-    Pushes of one row are serialised (a per-process lock, and ``FOR UPDATE`` where the
-    database has it) so two quick callbacks of a job cannot both create a check run.
-    When GitHub took it, a few rows it refused earlier are retried too: an outage heals
-    with the next callbacks even where no periodic ``sync_pending`` runs.
+    The row is claimed by version (``_claim``), GitHub is called with no transaction
+    open, and the outcome is written only for that version and claim. Two quick
+    callbacks of a job never both push the same version; a version planned while a push
+    was under way is pushed next, here. When GitHub took it, a few rows it refused
+    earlier are retried too: an outage heals with the next callbacks even where no
+    periodic ``sync_pending`` runs.
     """
     try:
-        with _lock_for(row_id), runtime.sessions() as session:
-            row = session.get(CheckRun, row_id, with_for_update=True, populate_existing=True)
-            if row is None or row.synced:
-                return row is not None
-            ok = push(session, row, runtime)
-            session.commit()
+        ok: bool | None = None
+        with runtime.sessions() as session:
+            for _ in range(MAX_CATCH_UP):
+                result = push_claimed(session, runtime, row_id)
+                if result is None:
+                    break
+                ok = result
+                if not result:
+                    break
         if ok:
             with runtime.sessions() as session:
                 sync_pending(session, runtime, limit=RETRY_ON_SUCCESS)
-        return ok
+        return bool(ok)
     except Exception:  # storage trouble after the answer was sent: the row stays unsynced
         log.exception("check run %s not pushed", row_id)
         return False
@@ -300,27 +358,16 @@ def push_planned(runtime: Any, row_id: int) -> bool:
 def sync_pending(session: Session, runtime: _Runtime, *, limit: int = 100, min_age_s: float = 0.0) -> int:
     """Retry check rows GitHub did not take; returns how many went through (commits per row).
 
-    A row whose push is under way elsewhere in this process is skipped, and each row is
-    re-read under its lock, so a retry never duplicates a create. ``min_age_s`` leaves
-    alone rows planned that recently (their own push, maybe in another process, is due).
+    A row whose push is under way elsewhere (claimed) is skipped, so a retry never
+    duplicates a push. ``min_age_s`` leaves alone rows planned that recently (their own
+    push, maybe in another process, is due).
     """
     query = select(CheckRun.id).where(CheckRun.synced.is_(False))
     if min_age_s > 0:
         query = query.where(CheckRun.updated_at < utcnow() - dt.timedelta(seconds=min_age_s))
     ids = session.scalars(query.order_by(CheckRun.id).limit(limit)).all()
-    done = 0
-    for row_id in ids:
-        lock = _lock_for(row_id)
-        if not lock.acquire(blocking=False):
-            continue
-        try:
-            row = session.get(CheckRun, row_id, with_for_update=True, populate_existing=True)
-            if row is not None and not row.synced and push(session, row, runtime):
-                done += 1
-            session.commit()
-        finally:
-            lock.release()
-    return done
+    session.commit()
+    return sum(1 for row_id in ids if push_claimed(session, runtime, row_id))
 
 
 def sweep(runtime: Any, *, min_age_s: float = 60.0, limit: int = 100) -> int:
@@ -372,6 +419,18 @@ def push_in_background(runtime: Any, row_ids: list[int]) -> threading.Thread:
         for row_id in row_ids:
             push_planned(runtime, row_id)
 
+    return _in_background(run)
+
+
+def _in_background(fn: Any) -> threading.Thread:
+    """Run ``fn`` on a daemon thread that ``wait_for_background`` joins; its errors are logged."""
+
+    def run() -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("background check-run work failed")
+
     thread = threading.Thread(target=run, name="crcr-check-push", daemon=True)
     _background[:] = [t for t in _background if t.is_alive()] + [thread]
     thread.start()
@@ -390,13 +449,20 @@ def _root_delivery_id(delivery_id: str) -> str:
     return delivery_id.split("/rerun/", 1)[0]
 
 
+RERUN_ID_TRIES = 8  # concurrent re-runs of one delivery race for the next number; each loser takes the next
+
+
 def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | None = None) -> Dispatch | None:
     """``check_run`` rerequested/requested_action on one of crcr's checks: dispatch that backend again.
 
     Creates delivery ``<original id>/rerun/<n>`` (n counts up per original) carrying the
-    original upstream payload, and one pending dispatch to the job's repo. Returns the
-    dispatch (the caller commits and wakes a worker), or None when the check is not crcr's
-    or the original payload was pruned.
+    original upstream payload, and one pending dispatch to the job's repo, built as
+    intake builds rows (``relay.rows``) after routing the original event through today's
+    allowlist: a target the event would not reach now (removed, filtered, or held back
+    for an untrusted author) gets no re-run. Two concurrent re-runs get distinct numbers
+    (a taken id is retried with the next). Returns the dispatch (the caller commits and
+    wakes a worker), or None when the check is not crcr's, the original payload was
+    pruned, or routing leaves the repo out.
     """
     try:
         payload = json.loads(delivery.payload or "{}")
@@ -419,37 +485,125 @@ def rerun_for_check(session: Session, delivery: Delivery, runtime: _Runtime | No
     if original is None or original.payload is None:
         log.warning("[e: %s] cannot re-run %s: the original delivery or its payload is gone", root, row.name)
         return None
-    prior = session.scalar(
-        select(Dispatch).where(Dispatch.delivery_id == root, Dispatch.target == job.repo)
-    )
-    count = session.scalar(select(func.count(Delivery.id)).where(Delivery.id.like(f"{root}/rerun/%"))) or 0
-    new_id = f"{root}/rerun/{count + 1}"
-    session.add(Delivery(
-        id=new_id, event=original.event, action=original.action, repo=original.repo,
-        pr_number=original.pr_number, head_sha=original.head_sha, ref=original.ref,
-        labels=list(original.labels or []), label=original.label, sender=delivery.sender,
-        author_association=original.author_association, payload=original.payload,
-        payload_bytes=original.payload_bytes,
-    ))
-    dispatch = Dispatch(
-        delivery_id=new_id, target=job.repo,
-        kind=prior.kind if prior is not None else "github",
-        level=prior.level if prior is not None else (runtime.allowlist.get().level_of(job.repo) if runtime else 1) or 1,
-        event_type=prior.event_type if prior is not None else original.event,
-        state=PENDING,
-    )
-    session.add(dispatch)
-    session.flush()
-    log.info("[e: %s] re-run of %s requested through check run %s", new_id, job.repo, check_id)
-    return dispatch
+    if runtime is None:
+        log.warning("[e: %s] cannot re-run %s without the relay's allowlist", root, row.name)
+        return None
+    try:
+        original_payload = json.loads(original.payload)
+    except ValueError:
+        return None
+    if not isinstance(original_payload, dict):
+        return None
+    info = describe(original.event, original_payload)
+    routed = route(info, runtime.allowlist.get(), upstream_repo=runtime.settings.upstream_repo)
+    targets = [t for t in routed.targets if t.repo.lower() == job.repo.lower()]
+    if not targets:
+        why = routed.ignored_reason or (f"not sent to {job.repo}: untrusted author" if routed.skipped
+                                        else f"{job.repo} no longer receives this event")
+        log.info("[e: %s] re-run of %s refused: %s", root, job.repo, why)
+        return None
+    taken = session.scalar(select(func.count(Delivery.id)).where(Delivery.id.like(f"{root}/rerun/%"))) or 0
+    clock = getattr(runtime, "clock", None)
+    now = clock() if callable(clock) else utcnow()  # the relay's clock, as intake stamps rows
+    for n in range(taken + 1, taken + 1 + RERUN_ID_TRIES):
+        new_id = f"{root}/rerun/{n}"
+        drow = delivery_row(new_id, original.event, info, payload=original.payload,
+                            payload_bytes=original.payload_bytes, now=now, targets=targets, reason=None,
+                            sender=delivery.sender)
+        try:
+            with session.begin_nested():
+                session.execute(insert(Delivery), drow)
+                session.execute(insert(Dispatch), dispatch_rows(new_id, original.event, targets, now))
+        except IntegrityError:  # another re-run took this number first: try the next
+            continue
+        dispatch = session.scalar(select(Dispatch).where(Dispatch.delivery_id == new_id))
+        log.info("[e: %s] re-run of %s requested through check run %s", new_id, job.repo, check_id)
+        return dispatch
+    log.warning("[e: %s] re-run of %s not created: %d ids in a row were taken", root, job.repo, RERUN_ID_TRIES)
+    return None
+
+
+def downstream_of_check(name: str) -> str | None:
+    """``owner/repo`` of a check named ``crcr/<owner>/<repo>/<workflow>/<job>``; None for other checks."""
+    if not isinstance(name, str) or not name.startswith("crcr/"):
+        return None
+    parts = name[len("crcr/"):].split("/")
+    if len(parts) < 3 or not parts[0] or not parts[1]:
+        return None
+    return f"{parts[0]}/{parts[1]}"
+
+
+def _run_id_of(check: Any) -> int | None:
+    raw = str((check or {}).get("external_id") or "").split(":")[0] if isinstance(check, dict) else ""
+    return int(raw) if raw.isdigit() and len(raw) < 20 else None
+
+
+def rerun_upstream_style(runtime: Any, event: str, payload: dict[str, Any]) -> list[str]:
+    """CRCR's re-run: the downstream run itself is re-run through the Actions API.
+
+    ``check_run`` rerequested: that run's failed jobs; ``check_suite`` rerequested: every
+    distinct (repo, run) of the suite's crcr checks, all jobs. Only L3+ repos. Returns the
+    repos re-run; a failure is logged (as CRCR, nothing else is retried).
+    """
+    from crcr.github.actions import already_running, rerun_failed_jobs, rerun_run, suite_check_runs
+
+    allowlist = runtime.allowlist.get()
+    app = runtime.github()
+    if event == "check_run":
+        check = payload.get("check_run")
+        runs = [(downstream_of_check((check or {}).get("name", "")), _run_id_of(check))]
+        rerun, what = rerun_failed_jobs, "failed jobs"
+    else:
+        suite = payload.get("check_suite")
+        suite_id = suite.get("id") if isinstance(suite, dict) else None
+        if not isinstance(suite_id, int) or isinstance(suite_id, bool):
+            return []
+        upstream = runtime.settings.upstream_repo
+        listed = suite_check_runs(app.client_for_repo(upstream), upstream, suite_id)
+        runs = list(dict.fromkeys((downstream_of_check(c.get("name", "")), _run_id_of(c)) for c in listed))
+        rerun, what = rerun_run, "all jobs"
+    done: list[str] = []
+    for repo, run_id in runs:
+        if repo is None or run_id is None:
+            continue
+        target = next((t for t in allowlist.targets if t.lower() == repo.lower()), None)
+        if target is None or (allowlist.level_of(target) or 0) < 3:
+            log.info("re-run of %s run %s ignored: not an L3+ repository", repo, run_id)
+            continue
+        try:
+            rerun(app.client_for_repo(target), target, run_id)
+            done.append(target)
+            log.info("%s rerequested: re-ran %s of %s run %s", event, what, target, run_id)
+        except CheckRunError as exc:
+            if already_running(exc):
+                log.info("%s rerequested: %s run %s is already running", event, target, run_id)
+                continue
+            log.warning("%s rerequested: re-run of %s run %s failed: %s", event, target, run_id, exc.message)
+    return done
 
 
 def on_check_run(session: Session, delivery: Delivery, runtime: _Runtime) -> Dispatch | None:
-    """Intake's hook for ``check_run`` events: re-dispatch on ``rerequested`` / ``requested_action``.
+    """Intake's hook for ``check_run`` / ``check_suite`` events: a re-run was requested.
 
-    Commits itself so the new dispatch is visible before a worker is woken for it.
+    Without a ``crcr:`` allowlist section (or with ``crcr: {rerun: upstream}``) it does
+    what CRCR does (``rerun_upstream_style``, from a background thread: intake answers
+    GitHub first). With ``crcr:`` (``rerun: dispatch``, the default there) it dispatches
+    the upstream event again as a new delivery; it commits itself so the new dispatch is
+    visible before a worker is woken for it.
     """
     if delivery is None or delivery.action not in ("rerequested", "requested_action"):
+        return None
+    if (delivery.repo or "").lower() != runtime.settings.upstream_repo.lower():
+        return None  # as CRCR: only the upstream repository's checks (the App may see others')
+    if getattr(runtime.allowlist.get(), "rerun", "upstream") == "upstream":
+        try:
+            payload = json.loads(delivery.payload or "{}")
+        except ValueError:
+            return None
+        if isinstance(payload, dict):
+            _in_background(lambda: rerun_upstream_style(runtime, delivery.event, payload))
+        return None
+    if delivery.event != "check_run":
         return None
     dispatch = rerun_for_check(session, delivery, runtime)
     if dispatch is None:

@@ -90,9 +90,20 @@ def claim(runtime: Runtime, dispatch_id: int, lease: dt.timedelta) -> bool:
         return conn.execute(_claim_stmt(dispatch_id, runtime.clock(), lease)).rowcount == 1
 
 
-def _finish(runtime: Runtime, row_id: int, values: dict[str, Any]) -> None:
+def _finish(runtime: Runtime, row_id: int, values: dict[str, Any], claim: dt.datetime | None = None) -> bool:
+    """Write ``values``; with ``claim``, only while the row still carries that claim.
+
+    A worker whose claim lapsed (it was slow past its lease) and was taken by another
+    must not overwrite what the other recorded (a ``sent`` turned back to ``retrying``).
+    """
+    stmt = update(_TABLE).where(_TABLE.c.id == row_id)
+    if claim is not None:
+        stmt = stmt.where(_TABLE.c.claimed_until == claim)
     with runtime.write_lock, runtime.engine.begin() as conn:
-        conn.execute(update(_TABLE).where(_TABLE.c.id == row_id).values(**values))
+        written = conn.execute(stmt.values(**values)).rowcount == 1
+    if not written:
+        log.warning("dispatch %s: claim lapsed and was taken over; this attempt's outcome is not recorded", row_id)
+    return written
 
 
 def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
@@ -101,21 +112,25 @@ def attempt(runtime: Runtime, dispatch_id: int) -> Outcome | None:
     now = runtime.clock()
     # The claim is the only write before the send and the only step under the write
     # lock (SQLite: one writer); the reads after it run in parallel (WAL readers).
-    if not claim(runtime, dispatch_id, _lease(runtime, "github", 0)):
-        return None
+    held = now + _lease(runtime, "github", 0)
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        if conn.execute(_claim_stmt(dispatch_id, now, _lease(runtime, "github", 0))).rowcount != 1:
+            return None
     with runtime.sessions() as s:
         row, delivery = s.execute(
             select(Dispatch, Delivery).join(Delivery, Dispatch.delivery_id == Delivery.id)
             .where(Dispatch.id == dispatch_id)).one()
     target = allow.targets.get(row.target)
     if row.kind == "local" and target is not None:  # a local command may run much longer
-        _finish(runtime, dispatch_id, {"claimed_until": now + _lease(runtime, "local", target.timeout_s)})
+        longer = now + _lease(runtime, "local", target.timeout_s)
+        if not _finish(runtime, dispatch_id, {"claimed_until": longer}, claim=held):
+            return None
+        held = longer
     attempts = row.attempts + 1
     with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
                      dispatch_id=dispatch_id):
         outcome, values = _attempt(runtime, row, delivery, target, attempts)
-    _finish(runtime, dispatch_id, values)
-    return outcome
+    return outcome if _finish(runtime, dispatch_id, values, claim=held) else None
 
 
 def claim_many(runtime: Runtime, dispatch_ids: list[int], lease: dt.timedelta) -> tuple[list[int], dt.datetime]:
@@ -144,29 +159,51 @@ def claim_many(runtime: Runtime, dispatch_ids: list[int], lease: dt.timedelta) -
     return claimed, until
 
 
-def _extend_claim(runtime: Runtime, dispatch_id: int, held_until: dt.datetime, lease: dt.timedelta) -> bool:
-    """Renew our own claim (still ``held_until``, still open); False when it lapsed and another took it."""
+def _extend_claim(runtime: Runtime, dispatch_id: int, held_until: dt.datetime,
+                  lease: dt.timedelta) -> dt.datetime | None:
+    """Renew our own claim (still ``held_until``, still open): the new claim, or None when it lapsed
+    and another took it."""
     now = runtime.clock()
     with runtime.write_lock, runtime.engine.begin() as conn:
-        return conn.execute(
+        renewed = conn.execute(
             update(_TABLE)
             .where(_TABLE.c.id == dispatch_id, _TABLE.c.state.in_(OPEN_STATES),
                    _TABLE.c.claimed_until == held_until)
             .values(claimed_until=now + lease, updated_at=now)
         ).rowcount == 1
+    return now + lease if renewed else None
 
 
-def _finish_many(runtime: Runtime, updates: list[tuple[int, dict[str, Any]]]) -> None:
-    """Record several outcomes in one write transaction."""
+def _finish_many(runtime: Runtime, updates: list[tuple[int, dt.datetime, dict[str, Any]]]) -> set[int]:
+    """Record several outcomes in one write transaction; returns the ids written.
+
+    Each write is conditional on the row still carrying the claim it was sent under, so a
+    worker whose claim lapsed never overwrites what the next holder recorded.
+    """
     if not updates:
-        return
-    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row_id, values in updates:  # one executemany per shape (sent, retrying, dead)
-        groups.setdefault(tuple(sorted(values)), []).append({"b_id": row_id, **{f"b_{k}": v for k, v in values.items()}})
+        return set()
+    by_claim: dict[dt.datetime, list[int]] = {}
+    for row_id, claim_until, _values in updates:
+        by_claim.setdefault(claim_until, []).append(row_id)
     with runtime.write_lock, runtime.engine.begin() as conn:
+        # which rows are still ours (the write lock / the same transaction keeps this current)
+        ours: set[int] = set()
+        for claim_until, ids in by_claim.items():
+            ours |= set(conn.execute(select(_TABLE.c.id).where(
+                _TABLE.c.id.in_(ids), _TABLE.c.claimed_until == claim_until)).scalars())
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row_id, claim_until, values in updates:  # one executemany per shape (sent, retrying, dead)
+            if row_id in ours:
+                groups.setdefault(tuple(sorted(values)), []).append(
+                    {"b_id": row_id, "b_claim": claim_until, **{f"b_{k}": v for k, v in values.items()}})
         for keys, params in groups.items():
-            stmt = update(_TABLE).where(_TABLE.c.id == bindparam("b_id")).values({k: bindparam(f"b_{k}") for k in keys})
-            conn.execute(stmt, params)
+            conn.execute(update(_TABLE)
+                         .where(_TABLE.c.id == bindparam("b_id"), _TABLE.c.claimed_until == bindparam("b_claim"))
+                         .values({k: bindparam(f"b_{k}") for k in keys}), params)
+    lost = sorted({u[0] for u in updates} - ours)
+    if lost:
+        log.warning("dispatches %s: claims lapsed and were taken over; those outcomes are not recorded", lost)
+    return ours
 
 
 FINISH_COALESCE_S = 0.02  # how long a finished send waits for others before its outcome is written
@@ -194,18 +231,20 @@ def attempt_many(runtime: Runtime, dispatch_ids: list[int], pool: Executor) -> d
             .where(Dispatch.id.in_(claimed)).order_by(Dispatch.id)).all()
     payloads: dict[str, dict[str, Any]] = {}
 
-    def one(row: Dispatch, delivery: Delivery) -> tuple[Outcome, dict[str, Any]] | None:
+    def one(row: Dispatch, delivery: Delivery) -> tuple[Outcome, dt.datetime, dict[str, Any]] | None:
         target = allow.targets.get(row.target)
         now = runtime.clock()
+        held: dt.datetime | None = held_until
         if row.kind == "local" and target is not None:  # a local command may run much longer
-            if not _extend_claim(runtime, row.id, held_until, _lease(runtime, "local", target.timeout_s)):
-                return None
-        elif now - claimed_at > LATE_START and not _extend_claim(runtime, row.id, held_until,
-                                                                   _lease(runtime, "github", 0)):
+            held = _extend_claim(runtime, row.id, held_until, _lease(runtime, "local", target.timeout_s))
+        elif now - claimed_at > LATE_START:
+            held = _extend_claim(runtime, row.id, held_until, _lease(runtime, "github", 0))
+        if held is None:
             return None
         with log_context(delivery_id=delivery.id, repo=delivery.repo, pr=delivery.pr_number, target=row.target,
                          dispatch_id=row.id):
-            return _attempt(runtime, row, delivery, target, row.attempts + 1, payloads.get(delivery.id))
+            outcome, values = _attempt(runtime, row, delivery, target, row.attempts + 1, payloads.get(delivery.id))
+        return outcome, held, values
 
     for _row, delivery in pairs:  # parsed once here, shared read-only by the sends of small payloads
         if (delivery.id not in payloads and delivery.payload is not None
@@ -228,8 +267,11 @@ def attempt_many(runtime: Runtime, dispatch_ids: list[int], pool: Executor) -> d
                 continue
             if result is not None:
                 outcomes[futures[fut]] = result[0]
-                batch.append((futures[fut], result[1]))
-        _finish_many(runtime, batch)
+                batch.append((futures[fut], result[1], result[2]))
+        written = _finish_many(runtime, batch)
+        for row_id, _held, _values in batch:
+            if row_id not in written:  # not ours any more: the next holder's outcome stands
+                outcomes.pop(row_id, None)
     return outcomes
 
 

@@ -7,12 +7,15 @@ targets get a dispatch row, or why the event is ignored:
 - ``pull_request`` opened / reopened / synchronize / closed: every target whose
   event and path filters accept it (a PR webhook carries no file list, so path
   filters never drop PR events; see docs/relay.md);
-- ``pull_request`` labeled with ``ciflow/crcr/<device>``: the L3 repos of that device;
+- ``pull_request`` labeled with ``ciflow/crcr/<device>``: no dispatch (as CRCR); the
+  label creates or backfills that device's check runs (``relay.checks.on_device_label``);
 - ``push``: every target, path filters applied to the commits' added/modified/removed;
 - everything else (other actions, other labels, other events): recorded as ignored.
 
 PRs whose author is untrusted (``author_association`` in the allowlist's
 ``untrusted_associations``) go only to targets that opt in with ``untrusted: true``.
+That list is empty unless the allowlist has a ``crcr:`` section: a plain CRCR allowlist
+dispatches every author, as CRCR does.
 """
 
 from __future__ import annotations
@@ -121,10 +124,10 @@ def route(info: EventInfo, allow: Allowlist, *, upstream_repo: str) -> Route:
             if not info.label or not info.label.startswith(LABEL_PREFIX):
                 return Route([], f"label {info.label!r} is not a {LABEL_PREFIX}<device> label")
             device = info.label[len(LABEL_PREFIX):]
-            repos = allow.devices().get(device, [])
-            if not repos:
+            if not allow.devices().get(device):
                 return Route([], f"no L3 repository is registered for device {device!r}", device=device)
-            candidates = [allow.targets[r] for r in repos]
+            # as CRCR: the label only creates or backfills check runs (relay.checks), never a second run
+            return Route([], f"label {info.label} creates or backfills check runs only (no dispatch)", device=device)
         elif info.action in PR_ACTIONS:
             candidates = list(allow)
         else:

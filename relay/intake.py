@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import importlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from crcr.errors import ConfigError
 from crcr.logs import log_context
 from crcr.store.deliveries import ACCEPTED, IGNORED, Delivery, Dispatch
+from relay import checks
 from relay.events import EventInfo, describe, route
 from relay.runtime import Runtime
 
@@ -60,14 +61,6 @@ async def _read_body(request: Request, limit: int) -> bytes:
             raise _TooLarge
         chunks.append(chunk)
     return b"".join(chunks)
-
-
-def _hook(module: str, name: str) -> Any:
-    """A function another relay module may provide (e.g. relay.checks.on_device_label)."""
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
 
 
 def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload: dict[str, Any]) -> JSONResponse:
@@ -134,15 +127,12 @@ def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload:
 
 def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: EventInfo) -> None:
     """Let the check-run module react (label added later, re-run requested); never fails intake."""
-    name = None
+    fn: Callable[..., Any]
     if event == "pull_request" and info.action == "labeled" and (info.label or "").startswith("ciflow/crcr/"):
-        name = "on_device_label"
-    elif event == "check_run":
-        name = "on_check_run"
-    if name is None:
-        return
-    fn = _hook("relay.checks", name)
-    if fn is None:
+        fn, name = checks.on_device_label, "on_device_label"
+    elif event in ("check_run", "check_suite"):  # a re-run requested on a check (CRCR handles both)
+        fn, name = checks.on_check_run, "on_check_run"
+    else:
         return
     try:
         with runtime.sessions() as s:
@@ -154,6 +144,7 @@ def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: Eve
 
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
+@router.post("/github/webhook", include_in_schema=False)  # CRCR's path: GitHub's webhook URL can stay
 async def webhook(request: Request) -> JSONResponse:
     runtime: Runtime = request.app.state.runtime
     secret: bytes = request.app.state.webhook_secret

@@ -3,14 +3,17 @@
 A job is keyed by (delivery, repo, run_id, run_attempt, job_name) and only moves
 forward: DISPATCHED -> IN_PROGRESS -> COMPLETED. A callback with no prior dispatch,
 a duplicate (the same state twice, e.g. a replayed completion), a step backwards, or
-a skipped step (completed before in_progress) is rejected and changes nothing.
+a skipped step (completed before in_progress) is rejected and changes nothing, except
+for self-scheduled runs: CRCR's action sends a nightly/periodic run's ``completed``
+alone, so there it is accepted without a prior in_progress (as CRCR accepts it).
 
 DISPATCHED is proven by the dispatch row of (delivery, repo) in the core store; a job
 row itself appears with the first callback (``queued`` creates it in DISPATCHED,
 ``in_progress`` in IN_PROGRESS), because a dispatch does not know the run ids the
 downstream CI will pick. Self-scheduled runs (``nightly``/``periodic``) have no
-dispatch: their ``delivery_id`` is an upstream commit SHA, accepted when that commit
-exists upstream (asked once through GitHub, the answer cached in ``upstream_commits``).
+dispatch: their ``delivery_id`` is an upstream commit SHA; with a ``crcr:`` allowlist
+section it is accepted only when that commit exists upstream (asked once through
+GitHub, the answer cached in ``upstream_commits``).
 
 Queue time = dispatch -> in_progress; execution time = in_progress -> completed.
 """
@@ -173,10 +176,14 @@ def apply_callback(
     now: dt.datetime,
     upstream_repo: str,
     commit_lookup: Callable[[str], bool | None],
+    crcr_mode: bool = True,
 ) -> Applied:
     """Move the job named by ``body`` one step forward, or raise CallbackRejected.
 
-    The caller commits; on rejection nothing was written.
+    The caller commits; on rejection nothing was written. ``crcr_mode`` (a ``crcr:``
+    allowlist section): a nightly/periodic SHA must exist upstream (asked through GitHub)
+    and such runs may also report in_progress. Without it, as CRCR: the SHA is only a
+    correlation key, and a self-scheduled run reports ``completed`` only (400 otherwise).
     """
     status = body.workflow.status
     target_state = _STATUS_TO_STATE[status]
@@ -191,7 +198,9 @@ def apply_callback(
         sha = body.delivery_id.lower()
         if not SHA_RE.match(sha):
             raise CallbackRejected(400, f"a {body.event_type} callback's delivery_id must be an upstream commit SHA")
-        if not commit_exists_cached(session, upstream_repo, sha, commit_lookup, now):
+        if not crcr_mode and status != "completed":
+            raise CallbackRejected(400, f"nightly/periodic callbacks must have status 'completed', got {status!r}")
+        if crcr_mode and not commit_exists_cached(session, upstream_repo, sha, commit_lookup, now):
             raise CallbackRejected(409, f"commit {sha} does not exist in {upstream_repo}")
         self_scheduled = True
 
@@ -201,7 +210,8 @@ def apply_callback(
         if _ORDER[target_state] <= _ORDER[job.state]:
             what = "duplicate" if target_state == job.state else "out-of-order"
             raise CallbackRejected(409, f"{what} callback: job is already {job.state}, got {status}")
-    elif target_state == COMPLETED:
+    elif target_state == COMPLETED and not self_scheduled:
+        # nightly/periodic runs report only `completed` (CRCR's action never sends in_progress there)
         raise CallbackRejected(409, "completed before in_progress: a job must report in_progress first")
 
     warnings: list[str] = []
@@ -236,7 +246,10 @@ def apply_callback(
         job.conclusion = wf.conclusion
     job.state = target_state
     if wf.test_results is not None:
-        job.passed, job.failed, job.skipped = wf.test_results.passed, wf.test_results.failed, wf.test_results.skipped
+        job.test_results = wf.test_results  # stored in whatever JSON shape it came, as CRCR does
+        counts = wf.counts()
+        if counts is not None:
+            job.passed, job.failed, job.skipped = counts.passed, counts.failed, counts.skipped
     if body.failed_tests is not None:
         job.failed_tests = [t[:500] for t in body.failed_tests if isinstance(t, str)]
     verdict, why = validate_verdict(body.triage_verdict)

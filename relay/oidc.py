@@ -4,7 +4,8 @@ A token is accepted when its issuer is configured, its signature verifies agains
 that issuer's JWKS, and its audience, issuer and expiry hold. The caller's identity
 is the ``repository`` claim and nothing else; Buildkite tokens carry none, so their
 identity comes from a mapping of immutable ``organization_id/pipeline_id`` to a repo
-(``ci_providers.yml``). Slugs are not used: they can be renamed and then re-taken.
+(``ci_providers.yml``, read in CRCR's format, ``required_claims`` included). Slugs
+are not used: they can be renamed and then re-taken.
 
 JWKS documents are cached per issuer for ``oidc_jwks_ttl_s``; a token whose ``kid``
 is not in the cached set triggers one early refetch (key rotation), at most once per
@@ -36,11 +37,12 @@ LEEWAY_S = 30
 
 
 class AuthError(Exception):
-    """The bearer token is missing or invalid: the caller gets 401 with ``reason``."""
+    """The bearer token is missing or invalid (401), or names a caller not allowed to call (403)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: int = 401) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Provider:
     issuer: str
     jwks_uri: str
     repo_map: dict[str, str] | None = None
+    # per repo_map key: claim -> allowed values (any matches), as CRCR's ``required_claims``
+    required_claims: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -85,38 +89,92 @@ def load_providers(settings: Settings) -> list[Provider]:
     return list(providers.values())
 
 
+# CRCR compiles its trust anchors in and reads only mappings from the file: a provider
+# named here needs no ``issuer`` key (crcr's own format may still name one)
+KNOWN_PROVIDERS = {"github": GITHUB_ISSUER, "buildkite": BUILDKITE_ISSUER}
+
+
+def _bad_providers(path: Path, key: str, what: str) -> ConfigError:
+    return ConfigError(f"{path}: {key}: {what}", hint="fix CRCR_CI_PROVIDERS; see docs/callbacks.md#ci-providers")
+
+
+def _repo_map(path: Path, where: str, raw: Any) -> tuple[dict[str, str], dict[str, dict[str, tuple[str, ...]]]]:
+    """CRCR's ``repo_map``: ``org_id/pipeline_id: owner/repo`` or ``{repo, required_claims}``."""
+    if not isinstance(raw, dict):
+        raise _bad_providers(path, where, "repo_map must be a mapping of org_id/pipeline_id -> owner/repo")
+    repos: dict[str, str] = {}
+    claims: dict[str, dict[str, tuple[str, ...]]] = {}
+    for key_raw, value in raw.items():
+        key = str(key_raw).strip()
+        entry = f"{where}.{key}"
+        if key.count("/") != 1 or not all(key.split("/")):
+            raise _bad_providers(path, entry, "the key must be organization_id/pipeline_id (the immutable UUIDs)")
+        required: Any = {}
+        if isinstance(value, dict):
+            repo, required = value.get("repo"), value.get("required_claims") or {}
+        else:
+            repo = value
+        if not isinstance(repo, str) or repo.strip().count("/") != 1 or not all(repo.strip().split("/")):
+            raise _bad_providers(path, entry, f"{repo!r} is not an owner/repo name")
+        if not isinstance(required, dict):
+            raise _bad_providers(path, f"{entry}.required_claims", "must map a claim name to its allowed values")
+        norm = {}
+        for claim, allowed in required.items():
+            values = allowed if isinstance(allowed, list) else [allowed]
+            if not values or not all(isinstance(v, str | int | float) and not isinstance(v, bool) for v in values):
+                raise _bad_providers(path, f"{entry}.required_claims.{claim}", "expected a value or a list of values")
+            norm[str(claim)] = tuple(str(v) for v in values)
+        repos[key.lower()] = repo.strip()
+        if norm:
+            claims[key.lower()] = norm
+    return repos, claims
+
+
 def parse_ci_providers(path: Path) -> list[Provider]:
-    """Read CRCR's ``ci_providers.yml`` (``providers: {name: {issuer, jwks_uri, repo_map}}``)."""
+    """Read ``ci_providers.yml``: CRCR's file unchanged, or crcr's with explicit issuers.
+
+    CRCR's shape is ``providers: {buildkite: {repo_map: {...}}}`` (issuers compiled in)
+    plus a legacy top-level ``buildkite:`` mapping, read only when the first yields no
+    mapping, as CRCR does. A provider entry may also give ``issuer`` and ``jwks_uri``
+    (crcr's extension; any issuer). Anything crcr cannot use is a ConfigError naming
+    the key, raised when the relay starts, never at request time.
+    """
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except OSError as exc:
         raise ConfigError(f"cannot read ci_providers file {path}: {exc.strerror}", hint="fix CRCR_CI_PROVIDERS") from exc
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}", hint="see docs/callbacks.md") from exc
-    entries = data.get("providers") if isinstance(data, dict) else None
-    if not isinstance(entries, dict):
-        raise ConfigError(f"{path}: expected a 'providers' mapping", hint="see docs/callbacks.md for the format")
-    out: list[Provider] = []
-    for name, entry in entries.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("issuer"), str):
-            raise ConfigError(f"{path}: provider {name!r} needs an 'issuer' URL", hint="see docs/callbacks.md")
-        issuer = entry["issuer"]
+        raise ConfigError(f"{path}: not valid YAML: {exc}", hint="see docs/callbacks.md#ci-providers") from exc
+    if not isinstance(data, dict):
+        raise _bad_providers(path, "(top level)", "expected a mapping with a 'providers' key")
+    entries = data.get("providers")
+    legacy = data.get("buildkite")
+    if entries is None and legacy is None:
+        raise _bad_providers(path, "providers", "missing: expected 'providers: {buildkite: {repo_map: ...}}'")
+    if entries is not None and not isinstance(entries, dict):
+        raise _bad_providers(path, "providers", "expected a mapping of provider name -> settings")
+    found: dict[str, Provider] = {}
+    for name, entry in (entries or {}).items():
+        where = f"providers.{name}"
+        if not isinstance(entry, dict):
+            raise _bad_providers(path, where, "expected a mapping (repo_map, or issuer/jwks_uri/repo_map)")
+        issuer = entry.get("issuer", KNOWN_PROVIDERS.get(str(name)))
+        if not isinstance(issuer, str) or not issuer.startswith(("https://", "http://")):
+            raise _bad_providers(path, where, f"needs an 'issuer' URL (known without one: {', '.join(KNOWN_PROVIDERS)})")
         jwks_uri = entry.get("jwks_uri") or _default_jwks_uri(issuer)
-        repo_map = entry.get("repo_map")
-        if repo_map is None and issuer == BUILDKITE_ISSUER:
+        repo_map: dict[str, str] | None = None
+        claims: dict[str, dict[str, tuple[str, ...]]] = {}
+        if entry.get("repo_map") is not None:
+            repo_map, claims = _repo_map(path, f"{where}.repo_map", entry["repo_map"])
+        elif issuer == BUILDKITE_ISSUER:
             repo_map = {}  # Buildkite has no repository claim: unmapped pipelines are refused
-        if repo_map is not None:
-            if not isinstance(repo_map, dict):
-                raise ConfigError(f"{path}: provider {name!r}: repo_map must be a mapping", hint="org_id/pipeline_id: owner/repo")
-            for key, repo in repo_map.items():
-                if not isinstance(key, str) or key.count("/") != 1 or not isinstance(repo, str) or repo.count("/") != 1:
-                    raise ConfigError(
-                        f"{path}: provider {name!r}: repo_map entry {key!r}: {repo!r} is not 'org_id/pipeline_id: owner/repo'",
-                        hint="use the immutable organization and pipeline ids (UUIDs), not slugs",
-                    )
-            repo_map = {k.lower(): v for k, v in repo_map.items()}
-        out.append(Provider(issuer=issuer, jwks_uri=jwks_uri, repo_map=repo_map))
-    return out
+        found[issuer] = Provider(issuer=issuer, jwks_uri=jwks_uri, repo_map=repo_map, required_claims=claims)
+    bk = found.get(BUILDKITE_ISSUER)
+    if legacy is not None and (bk is None or not bk.repo_map):  # CRCR's legacy flat section
+        repo_map, claims = _repo_map(path, "buildkite", legacy)
+        found[BUILDKITE_ISSUER] = Provider(BUILDKITE_ISSUER, bk.jwks_uri if bk else _default_jwks_uri(BUILDKITE_ISSUER),
+                                           repo_map, claims)
+    return list(found.values())
 
 
 class OidcVerifier:
@@ -228,9 +286,13 @@ class OidcVerifier:
                     "token carries no organization_id/pipeline_id claims: request them with "
                     "`buildkite-agent oidc request-token --claim organization_id,pipeline_id`"
                 )
-            repo = provider.repo_map.get(f"{org}/{pipeline}".lower())
-            if repo is None:
-                raise AuthError(f"pipeline {org}/{pipeline} is not mapped to a repository in ci_providers.yml")
+            key = f"{org}/{pipeline}".lower()
+            repo = provider.repo_map.get(key)
+            if repo is None:  # a valid token, but no registered pipeline: 403 as CRCR
+                raise AuthError(f"pipeline {org}/{pipeline} is not mapped to a repository in ci_providers.yml", 403)
+            for claim, allowed in provider.required_claims.get(key, {}).items():
+                if str(claims.get(claim, "")) not in allowed:  # e.g. a fork build on a pipeline pinned to main
+                    raise AuthError(f"claim {claim!r} of pipeline {org}/{pipeline} is not an allowed value", 403)
             return repo
         repo = claims.get("repository")
         if not isinstance(repo, str) or repo.count("/") != 1 or len(repo) > 200:

@@ -78,6 +78,9 @@ class Runtime:
     huey: Huey
     clock: Clock = utc_clock
     tasks: Any = None  # relay.worker.Tasks, set by register_tasks
+    # callable(backend repo) run after a failed trunk job's completed callback; crcr.cli
+    # installs triage here (the relay never imports triage)
+    trunk_analyzer: Any = None
     wakeup: Wakeup = field(default_factory=Wakeup)  # wakes this process's idle workers on enqueue
     # SQLite has one writer at a time and its busy handler *sleeps* (up to 100 ms a try)
     # while waiting; threads of this process queue on a lock instead, in microseconds.
@@ -93,7 +96,8 @@ class Runtime:
             settings=settings,
             engine=engine,
             sessions=make_sessionmaker(engine),
-            allowlist=AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s),
+            allowlist=AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s,
+                                      github_api_url=settings.github_api_url),
             metrics=RelayMetrics(),
             huey=huey or make_huey(settings.resolved_queue_url, name=queue_name or settings.queue_name),
             clock=clock or utc_clock,

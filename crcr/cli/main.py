@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("crcr.cli.report", "Post a job's results to the relay as CRCR callbacks and a results upload."),
     "select": ("crcr.cli.select", "Build, check, upgrade and refine per-backend test plans; pick tests for a PR."),
     "snpu": ("crcr.cli.snpu", "The simulated NPU: capabilities file and device information."),
+    "triage": ("crcr.cli.triage", "Triage a backend's trunk failures: suspect commit, reruns, autorevert report."),
 }
 
 

@@ -54,10 +54,14 @@ def serve(
     configure_logging(settings.log_format, settings.log_level)
     # read the allowlist before anything is created: a relay that cannot read it would
     # accept webhooks it cannot route
-    AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s).get()
+    AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s, github_api_url=settings.github_api_url).get()
     bind_host, bind_port = host or settings.host, settings.port if port is None else port
     _check_can_listen(bind_host, bind_port)
     application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)
+    from crcr.cli.triage import register_trunk_task
+
+    # a failed trunk job's callback queues triage, which looks for the commit to blame
+    register_trunk_task(application.state.runtime)
     secret_path = application.state.webhook_secret_path
     typer.echo(f"crcr relay: data in {settings.data_dir.resolve()}, database "
                f"{'SQLite (WAL)' if not settings.database_url else 'from CRCR_DATABASE_URL'}, allowlist "

@@ -31,9 +31,18 @@ def worker(
     if migrate:
         upgrade(runtime.engine)
     register_tasks(runtime)
+    from relay import rerun_requests
+
+    rerun_requests.register(runtime)  # triage's rerun requests -> push dispatches
+    from crcr.cli.triage import register_trunk_task
+
+    register_trunk_task(runtime)  # this worker can run the triage the relay queues after a failed trunk job
     sweep = Sweeper(runtime) if sweeper else None
+    reruns = rerun_requests.RerunPoller(runtime) if sweeper else None
     if sweep:
         sweep.start()
+    if reruns:
+        reruns.start()
     huey = runtime.huey
     consumer = huey.create_consumer(workers=workers, periodic=False, max_delay=0.5, initial_delay=0.05,
                                     backoff=1.5, worker_type="thread")
@@ -41,6 +50,8 @@ def worker(
     try:
         consumer.run()
     finally:
+        if reruns:
+            reruns.stop()
         if sweep:
             sweep.stop()
         runtime.close()

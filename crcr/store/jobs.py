@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Float,
@@ -75,6 +76,7 @@ class Job(Base):
     failed: Mapped[int | None] = mapped_column(Integer)
     skipped: Mapped[int | None] = mapped_column(Integer)
     failed_tests: Mapped[list[str] | None] = mapped_column(JSON)
+    test_results: Mapped[Any | None] = mapped_column(JSON)  # as the callback sent it: any JSON (CRCR stores any)
     triage_verdict: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -135,11 +137,14 @@ class CheckRun(Base):
     upstream_repo: Mapped[str] = mapped_column(String(200))
     name: Mapped[str] = mapped_column(String(500))
     head_sha: Mapped[str] = mapped_column(String(64))
-    github_id: Mapped[int | None] = mapped_column(Integer)
+    github_id: Mapped[int | None] = mapped_column(BigInteger)  # GitHub's check-run ids pass 2**31
     status: Mapped[str] = mapped_column(String(20))  # in_progress | completed
     conclusion: Mapped[str | None] = mapped_column(String(50))
     synced: Mapped[bool] = mapped_column(Boolean, default=False)
     last_error: Mapped[str | None] = mapped_column(Text)
+    # a pusher's claim on one version of the row (relay.checks): GitHub is called outside any
+    # row lock, and only the claim holder of the current version writes the outcome
+    push_claimed_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

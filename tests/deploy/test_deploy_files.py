@@ -214,5 +214,6 @@ def test_app_manifest_asks_for_exactly_what_crcr_uses():
         "issues": "write",         # reactions and the reply comment of /ci commands, approval label
         "actions": "write",        # /ci cancel cancels downstream runs
     }
-    assert set(manifest["default_events"]) == {"pull_request", "push", "issue_comment", "check_run"}
+    # check_suite: "Re-run all checks" arrives as check_suite rerequested (relay.checks.on_check_run)
+    assert set(manifest["default_events"]) == {"pull_request", "push", "issue_comment", "check_run", "check_suite"}
     assert manifest["hook_attributes"]["url"].endswith("/webhook")

@@ -1,7 +1,7 @@
 """A local GitHub REST server for tests: real HTTP on 127.0.0.1, driven by PyGithub.
 
 Implements what crcr calls (installation lookup, installation tokens, repository
-dispatches, check runs, commits), checks App JWTs (RS256, ``iss`` = app id as a
+dispatches, check runs, commits, issues and issue comments), checks App JWTs (RS256, ``iss`` = app id as a
 string, ``iat``/``exp`` rules) and installation tokens like GitHub does, records
 every request, and injects faults per route::
 
@@ -18,6 +18,7 @@ Responses follow GitHub's REST description (``tests/fixtures/github-openapi``);
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import itertools
 import json
@@ -80,6 +81,11 @@ class _State:
     tokens: dict[str, tuple[int, float]] = field(default_factory=dict)  # token -> (installation, expires)
     check_runs: dict[int, dict[str, Any]] = field(default_factory=dict)
     commits: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    files: dict[tuple[str, str, str], str] = field(default_factory=dict)  # (repo, path, ref) -> text
+    suites: dict[tuple[str, str], int] = field(default_factory=dict)  # (repo, head_sha) -> check suite id
+    # issues and pull requests by (repo, number) (a PR is an issue with `pull_request`), and their comments
+    issues: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    comments: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _iso(ts: float) -> str:
@@ -172,6 +178,11 @@ class FakeGitHub:
             self.state.commits[(repo, sha)] = {"sha": sha}
 
     # ---- what happened -----------------------------------------------------------------
+    def add_file(self, repo: str, path: str, text: str, *, ref: str = "main") -> None:
+        """A file the public contents API serves (``GET /repos/{repo}/contents/{path}?ref=``)."""
+        with self._lock:
+            self.state.files[(repo, path, ref)] = text
+
     def calls(self, method: str | None = None, path_regex: str | None = None) -> list[Recorded]:
         with self._lock:
             items = list(self.requests)
@@ -251,7 +262,24 @@ class FakeGitHub:
                 self.state.tokens[token] = (int(m[1]), expires)
             return 201, {}, {"token": token, "expires_at": _iso(expires), "permissions": {"contents": "read",
                              "checks": "write"}, "repository_selection": "all"}
-        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+))", path)
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/contents/(.+)", path)
+        if m and method == "GET":  # public repos: no token needed
+            ref = dict(p.split("=", 1) for p in headers.get(":query", "").split("&") if "=" in p).get("ref", "main")
+            with self._lock:
+                text = self.state.files.get((f"{m[1]}/{m[2]}", m[3], ref))
+            if text is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            data = text.encode()
+            return 200, {}, {"type": "file", "encoding": "base64", "size": len(data), "name": m[3].rsplit("/", 1)[-1],
+                             "path": m[3], "sha": "f" * 40, "content": base64.b64encode(data).decode(),
+                             "url": f"{self.url}/repos/{m[1]}/{m[2]}/contents/{m[3]}?ref={ref}",
+                             "git_url": None, "html_url": None, "download_url": None,
+                             "_links": {"self": None, "git": None, "html": None}}
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/issues(?:/(\d+)(/comments)?)?", path)
+        if m:
+            return self._issues(method, f"{m[1]}/{m[2]}", int(m[3]) if m[3] else None, bool(m[4]), auth, body)
+        m = re.fullmatch(r"/repos/([^/]+)/([^/]+)/(dispatches|check-runs|check-runs/(\d+)|commits/([^/]+)"
+                         r"|actions/runs/(\d+)/(rerun|rerun-failed-jobs)|check-suites/(\d+)/check-runs)", path)
         if not m:
             return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
         repo = f"{m[1]}/{m[2]}"
@@ -279,6 +307,13 @@ class FakeGitHub:
                     return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
                 self._apply_check_run(run, body)
                 return 200, {}, dict(run)
+        if m[6] and method == "POST":  # re-run a workflow run (all jobs, or the failed ones)
+            return 201, {}, {}
+        if m[8] and method == "GET":
+            with self._lock:
+                runs = [dict(r) for r in self.state.check_runs.values()
+                        if r["check_suite"]["id"] == int(m[8]) and r["url"].split("/repos/", 1)[1].startswith(repo + "/")]
+            return 200, {}, {"total_count": len(runs), "check_runs": runs}
         if m[5] and method == "GET":
             with self._lock:
                 known = (repo, m[5]) in self.state.commits
@@ -286,6 +321,71 @@ class FakeGitHub:
                 return 422, {}, {"message": f"No commit found for SHA: {m[5]}",
                                  "documentation_url": "https://docs.github.com/rest"}
             return 200, {}, self._commit(repo, m[5])
+        return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+
+    def add_issue(self, repo: str, number: int, *, title: str = "a PR", labels: list[str] | None = None,
+                  pull_request: bool = True) -> dict[str, Any]:
+        """Plant an issue or PR (``labels`` by name) that crcr may read and comment on."""
+        issue = self._issue(repo, number, title, "", labels or [], pull_request)
+        with self._lock:
+            self.state.issues[(repo, number)] = issue
+        return issue
+
+    def _issue(self, repo: str, number: int, title: str, body: str, labels: list[str], pr: bool) -> dict[str, Any]:
+        base = f"{self.url}/repos/{repo}"
+        issue = {
+            "id": 500000 + number, "node_id": f"I_{number}", "number": number, "title": title, "body": body,
+            "state": "open", "url": f"{base}/issues/{number}", "html_url": f"https://github.com/{repo}/issues/{number}",
+            "comments_url": f"{base}/issues/{number}/comments", "labels_url": f"{base}/issues/{number}/labels{{/name}}",
+            "repository_url": base, "events_url": f"{base}/issues/{number}/events",
+            "labels": [{"id": i + 1, "name": n, "color": "ededed", "default": False} for i, n in enumerate(labels)],
+            "user": _user("crcr-test[bot]", 77, "Bot"), "comments": 0, "locked": False, "assignees": [],
+            "created_at": _iso(time.time()), "updated_at": _iso(time.time()), "closed_at": None,
+            "author_association": "NONE",
+        }
+        if pr:
+            issue["pull_request"] = {"url": f"{base}/pulls/{number}", "html_url": f"https://github.com/{repo}/pull/{number}"}
+        return issue
+
+    def _issues(self, method: str, repo: str, number: int | None, comments: bool, auth: str,
+                body: Any) -> tuple[int, dict[str, str], Any]:
+        inst = self._check_token(auth)
+        if inst is None:
+            return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        if self._installation_for(repo) != inst:
+            return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+        with self._lock:
+            if number is None and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("title"), str) or not body["title"]:
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(str(body.get("body") or "")) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                n = 1 + max([k[1] for k in self.state.issues if k[0] == repo], default=0)
+                issue = self._issue(repo, n, body["title"], str(body.get("body") or ""), [], False)
+                self.state.issues[(repo, n)] = issue
+                return 201, {}, dict(issue)
+            issue = self.state.issues.get((repo, number)) if number is not None else None
+            if issue is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+            if not comments and method == "GET":
+                return 200, {}, dict(issue)
+            if comments and method == "POST":
+                if not isinstance(body, dict) or not isinstance(body.get("body"), str):
+                    return 422, {}, {"message": "Validation Failed", "documentation_url": "https://docs.github.com/rest"}
+                if len(body["body"]) > 65536:
+                    return 422, {}, {"message": "body is too long (maximum is 65536 characters)",
+                                     "documentation_url": "https://docs.github.com/rest"}
+                cid = next(self._ids)
+                comment = {"id": cid, "node_id": f"IC_{cid}", "body": body["body"],
+                           "url": f"{self.url}/repos/{repo}/issues/comments/{cid}",
+                           "html_url": f"https://github.com/{repo}/issues/{number}#issuecomment-{cid}",
+                           "issue_url": issue["url"], "user": _user("crcr-test[bot]", 77, "Bot"),
+                           "created_at": _iso(time.time()), "updated_at": _iso(time.time()),
+                           "author_association": "NONE", "repo": repo, "number": number}
+                self.state.comments.append(comment)
+                issue["comments"] += 1
+                return 201, {}, dict(comment)
         return 404, {}, {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
 
     @staticmethod
@@ -335,7 +435,7 @@ class FakeGitHub:
             "html_url": f"https://github.com/{repo}/runs/{cid}", "details_url": body.get("details_url"),
             "status": body.get("status", "queued"), "conclusion": body.get("conclusion"),
             "started_at": body.get("started_at", now), "completed_at": body.get("completed_at"),
-            "external_id": body.get("external_id", ""), "check_suite": {"id": cid + 1},
+            "external_id": body.get("external_id", ""), "check_suite": {"id": self._suite(repo, body["head_sha"])},
             "output": {"title": None, "summary": None, "text": None, "annotations_count": 0,
                        "annotations_url": f"{self.url}/repos/{repo}/check-runs/{cid}/annotations"},
             "app": self._app(), "pull_requests": [],
@@ -344,6 +444,11 @@ class FakeGitHub:
         with self._lock:
             self.state.check_runs[cid] = run
         return dict(run)
+
+    def _suite(self, repo: str, head_sha: str) -> int:
+        """One check suite per (repo, commit) for the App, as GitHub keeps one per App and commit."""
+        with self._lock:
+            return self.state.suites.setdefault((repo, head_sha), 500_000 + len(self.state.suites))
 
     @staticmethod
     def _apply_check_run(run: dict[str, Any], body: dict[str, Any]) -> None:
@@ -397,11 +502,12 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         api_prefix = "/api/v3"  # a GHES-style base URL is accepted too
         if path.startswith(api_prefix):
             path = path[len(api_prefix):]
         headers = {k.lower(): v for k, v in self.headers.items()}
+        headers[":query"] = query  # not a real header name: the query string, for routes that read it
         rec = Recorded(self.command, path, headers, body, time.time())
         with fake._lock:
             fake.requests.append(rec)

@@ -59,7 +59,8 @@ class Harness:
                  label: str | None = None) -> None:
         """A delivery and its sent dispatch to ``repo``, as intake + worker would leave them."""
         now = self.clock()
-        payload = {"action": action, "number": pr, "pull_request": {"head": {"sha": head_sha}}}
+        payload = {"action": action, "number": pr, "repository": {"full_name": UPSTREAM},
+                   "pull_request": {"number": pr, "head": {"sha": head_sha}, "labels": [{"name": n} for n in labels or []]}}
         with self.runtime.sessions.begin() as s:
             if s.get(Delivery, delivery_id) is None:
                 s.add(Delivery(id=delivery_id, event=event, action=action, repo=UPSTREAM, pr_number=pr,
@@ -107,9 +108,15 @@ class Harness:
             return list(s.scalars(select(ResultsUpload).order_by(ResultsUpload.id)))
 
 
-def make_settings(tmp_path: Path, issuer: FakeIssuer, *, database_url: str | None = None, **overrides: Any) -> Settings:
+# crcr's own behaviours on (check runs updated in place, re-run by a new dispatch,
+# nightly SHAs checked upstream, trust gating): the allowlist has a crcr: section
+CRCR_MODE_ALLOWLIST = ALLOWLIST + "crcr: {}\n"
+
+
+def make_settings(tmp_path: Path, issuer: FakeIssuer, *, database_url: str | None = None,
+                  allowlist_text: str = ALLOWLIST, **overrides: Any) -> Settings:
     allowlist = tmp_path / "allowlist.yaml"
-    allowlist.write_text(ALLOWLIST)
+    allowlist.write_text(allowlist_text)
     values: dict[str, Any] = {
         "data_dir": tmp_path / "data",
         "database_url": database_url,
@@ -123,9 +130,11 @@ def make_settings(tmp_path: Path, issuer: FakeIssuer, *, database_url: str | Non
 
 
 @contextmanager
-def harness(tmp_path: Path, *, database_url: str | None = None, **overrides: Any) -> Iterator[Harness]:
+def harness(tmp_path: Path, *, database_url: str | None = None, allowlist_text: str = ALLOWLIST,
+            **overrides: Any) -> Iterator[Harness]:
     with FakeIssuer() as issuer:
-        settings = make_settings(tmp_path, issuer, database_url=database_url, **overrides)
+        settings = make_settings(tmp_path, issuer, database_url=database_url, allowlist_text=allowlist_text,
+                                 **overrides)
         clock = Clock()
         runtime = Runtime.from_settings(settings, clock=clock)
         app = create_app(settings, runtime=runtime, start_worker=False, start_sweeper=False)

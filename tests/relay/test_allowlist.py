@@ -64,12 +64,11 @@ crcr:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("L1: [org/a]\nL2: [org/a]\n", "L2: org/a appears more than once"),
+        ("L1: [org/a]\nL2: [org/a]\n", "L2: duplicate repo 'org/a'"),
         ("L1: [not-a-repo]\n", "L1[0]: 'not-a-repo' is not an owner/repo name"),
         ("L1: [../../x]\n", "is not an owner/repo name"),
-        ("L5: [org/a]\n", "unknown top-level keys ['L5']"),
-        ("L3: [org/a]\n", "L3: expected a mapping of device"),
-        ("L4:\n  - org/a: 3\n", "oncalls must be"),
+        ("L3: [org/a]\n", "L3: must be a mapping of device"),
+        ("L4:\n  - org/a: {x: 1}\n", "oncalls must be"),
         ("L1: [org/a]\ncrcr:\n  targets:\n    org/b: {}\n", "crcr.targets.org/b: this repo is not in L1..L4"),
         ("L1: [org/a]\ncrcr:\n  targets:\n    org/a: {kind: local, command: 'rm -rf /'}\n", "never a shell string"),
         ("L1: [org/a]\ncrcr:\n  targets:\n    org/a: {command: [x]}\n", "only for kind: local"),

@@ -7,14 +7,15 @@ import json
 
 import pytest
 
-from tests.relay.callbacks_harness import harness
+from tests.relay.callbacks_harness import CRCR_MODE_ALLOWLIST, harness
 
 pytestmark = pytest.mark.postgres
 
 
 @pytest.fixture
 def h(tmp_path, postgres_url):
-    with harness(tmp_path, database_url=postgres_url, callback_rate_per_minute=4) as h:
+    with harness(tmp_path, database_url=postgres_url, callback_rate_per_minute=4,
+                 allowlist_text=CRCR_MODE_ALLOWLIST) as h:
         yield h
 
 
@@ -60,7 +61,8 @@ def test_check_runs_and_rerun_on_postgres(tmp_path, postgres_url):
     from tests.fakes.github import FakeGitHub
 
     with FakeGitHub() as gh, harness(tmp_path, database_url=postgres_url, github_api_url=gh.url,
-                                     github_app_id=gh.app_id, github_private_key=gh.private_key_pem) as h:
+                                     github_app_id=gh.app_id, github_private_key=gh.private_key_pem,
+                                     allowlist_text=CRCR_MODE_ALLOWLIST) as h:
         h.dispatch("d-1", "org/l4repo")
         h.callback("in_progress", "d-1", repo="org/l4repo")
         h.callback("completed", "d-1", repo="org/l4repo", conclusion="success")

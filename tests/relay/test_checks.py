@@ -15,7 +15,7 @@ from crcr.store.deliveries import Delivery, Dispatch
 from relay import checks
 from tests.conftest import WEBHOOKS
 from tests.fakes.github import FakeGitHub
-from tests.relay.callbacks_harness import HEAD_SHA, UPSTREAM, harness
+from tests.relay.callbacks_harness import CRCR_MODE_ALLOWLIST, HEAD_SHA, UPSTREAM, harness
 
 PR_OPENED = json.loads((WEBHOOKS / "octokit-webhooks/pull_request/opened.payload.json").read_text())
 CHECK_RERUN = json.loads((WEBHOOKS / "octokit-webhooks/check_run/rerequested.payload.json").read_text())
@@ -29,7 +29,11 @@ def gh():
 
 @pytest.fixture
 def h(tmp_path, gh):
-    with harness(tmp_path, github_api_url=gh.url, github_app_id=gh.app_id,
+    """crcr mode (a crcr: allowlist section): one check per job updated in place, re-run by dispatch.
+
+    CRCR's own pattern (a new check run per callback, Actions API re-runs) is tested in
+    test_parity.py."""
+    with harness(tmp_path, allowlist_text=CRCR_MODE_ALLOWLIST, github_api_url=gh.url, github_app_id=gh.app_id,
                  github_private_key=gh.private_key_pem) as h:
         yield h
 
@@ -59,7 +63,7 @@ def test_l4_check_created_in_progress_then_completed_with_summary(h, gh):
     assert post.body["name"] == "crcr/org/l4repo/CI/build"
     assert post.body["head_sha"] == HEAD_SHA
     assert post.body["status"] == "in_progress"
-    assert post.body["external_id"] == "100"
+    assert post.body["external_id"] == "100:7"  # run_id:pr, as CRCR
     assert post.body["details_url"] == "https://github.com/org/repo/actions/runs/100"
     r = h.callback("completed", "d-1", repo="org/l4repo", conclusion="failure",
                    test_results={"passed": 40, "failed": 2, "skipped": 3},

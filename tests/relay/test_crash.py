@@ -51,7 +51,8 @@ def test_sigkilled_worker_loses_nothing(tmp_path, fake_github):
     }
     gh.add_fault("POST", r"/dispatches$", lose_response=True, times=8)
     gh.add_fault("POST", r"/dispatches$", status=502, times=8)
-    gh.latency_s = 0.002
+    # each send takes a while, so the worker always has rows claimed and unrecorded when it dies
+    gh.latency_s = 0.05
     workers: list[subprocess.Popen] = []
     log = (tmp_path / "worker.log").open("w")
     # the API process: intake plus the sweeper (no consumer: the worker subprocess sends)
@@ -89,7 +90,10 @@ def test_sigkilled_worker_loses_nothing(tmp_path, fake_github):
                 if w.poll() is None:
                     w.send_signal(signal.SIGKILL)
                     w.wait()
-    assert killed_at < N * len(TARGETS)  # the kill really happened mid-way
+    # the kill landed mid-run: after the worker was busy, before it had sent the first half
+    # (only N // 2 deliveries existed when it died), with rows claimed and not yet recorded
+    assert 300 <= killed_at < (N // 2) * len(TARGETS), killed_at
+    assert in_flight, "the kill found no row in flight: it did not interrupt a send"
     assert len(in_flight) <= 4 * len(TARGETS)  # at most one delivery (its rows sent together) per worker thread
     ok = collections.Counter()
     lost = set()

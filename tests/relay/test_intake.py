@@ -116,11 +116,13 @@ def test_events_not_acted_on_are_recorded_as_ignored(relay, event, payload, reas
     assert rows(runtime) == []
 
 
-def test_device_label_dispatches_to_that_devices_l3_repos(relay):
+def test_device_label_creates_checks_only_and_never_dispatches(relay):
+    """As CRCR: ciflow/crcr/<device> creates or backfills check runs; no second downstream run."""
     client, runtime = relay
     r = post_webhook(client, "pull_request", pr_payload("labeled", label="ciflow/crcr/npu"), delivery="lab")
-    assert r.status_code == 202
-    assert [x.target for x in rows(runtime, "lab")] == ["org/l3"]
+    assert r.status_code == 200 and r.json()["status"] == "ignored"
+    assert rows(runtime, "lab") == []
+    assert "check runs only" in delivery(runtime, "lab").ignored_reason
     r = post_webhook(client, "pull_request", pr_payload("labeled", label="ciflow/crcr/tpu"), delivery="lab2")
     assert r.json()["status"] == "ignored" and "no L3 repository" in delivery(runtime, "lab2").ignored_reason
 
