@@ -24,7 +24,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=False)
         "matrix). A test that crashes or hangs is recorded as an error and the run goes on; a failed test is "
         "rerun once (failed then passed = flaky).\n\n"
         "The summary says how many tests were planned, unplanned and run.\n\n"
-        "Exit status: 0 something ran and nothing failed; 1 a test failed or errored, no test ran (all skipped), "
+        "Exit status: 0 nothing failed and not every selected test was skipped; 1 a test failed or errored, every "
+        "selected test was skipped, "
         "the plan does not cover the run, or the run could not complete; "
         "2 bad input; 3 the device is not available here (e.g. --device cuda without a GPU)."
     ),
