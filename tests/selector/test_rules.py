@@ -114,6 +114,9 @@ def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps)
     equal = _template_test("test_dtypes", "softmax", sorted(caps.dtypes))
     decision = classify(equal, ctx)
     assert (decision.mode, decision.rule) == ("run", "dtype-claims") and "equal the OpInfo's claimed dtypes" in decision.reason
+    # a _refs entry's test_dtypes is a dtype-claim test too (refs are no exception)
+    ref = _template_test("test_dtypes", "_refs.softmax", ["bfloat16", "float16", "float32", "float64"])
+    assert classify(ref, ctx).rule == "dtype-claims"
     # an unreadable claim is not guessed at: the op rules decide
     assert classify(_template_test("test_dtypes", "softmax", None), ctx).rule == "op-supported"
 
