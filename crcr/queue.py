@@ -121,13 +121,17 @@ class _WakeableWorker(Worker):
             self.delay *= self.backoff
 
 
-class InProcessConsumer(Consumer):
-    """A consumer that can run in a non-main thread (signals belong to the host process)."""
+class WakeableConsumer(Consumer):
+    """A consumer whose idle workers a ``Wakeup`` wakes at once (instead of their next poll)."""
 
     def __init__(self, huey: Huey, *, wakeup: Wakeup | None = None, **kwargs: object) -> None:
         if wakeup is not None:
             self.worker_class = type("WakeableWorker", (_WakeableWorker,), {"wakeup": wakeup})
         super().__init__(huey, **kwargs)
+
+
+class InProcessConsumer(WakeableConsumer):
+    """A consumer that can run in a non-main thread (signals belong to the host process)."""
 
     def _set_signal_handlers(self) -> None:
         pass

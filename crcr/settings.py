@@ -58,7 +58,7 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; default sqlite:///<data_dir>/crcr.db (WAL)")
     queue_url: str | None = Field(None, description="huey queue: redis://... for RedisHuey; default SQLite in data_dir")
     queue_name: str = Field("crcr", description="huey queue name (several relays can share one Redis)")
-    workers: int = Field(16, ge=1, description="worker threads of the in-process consumer of crcr serve (parallel dispatches)")
+    workers: int = Field(16, ge=1, description="worker threads of crcr serve's dispatch worker (parallel dispatches)")
 
     # upstream and intake
     upstream_repo: str = Field("pytorch/pytorch", description="the upstream repository whose events are relayed")

@@ -20,16 +20,26 @@ from crcr.queue import ConsumerThread
 from crcr.settings import Settings
 from crcr.store.migrate import upgrade
 from relay import callbacks, health, intake, rerun_requests, results
+from relay.group_commit import GroupWriter
 from relay.oidc import OidcVerifier
 from relay.runtime import Runtime, webhook_secret
+from relay.wal_checkpoint import Checkpointer
 from relay.worker import Sweeper, register_tasks
+from relay.worker_process import WorkerProcess
 
 log = logging.getLogger("crcr.relay")
 
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
-               start_sweeper: bool = True, workers: int | None = None, migrate: bool = True) -> FastAPI:
-    """The relay app. ``start_worker``: run dispatch tasks in this process (``crcr serve``)."""
+               start_sweeper: bool = True, workers: int | None = None, migrate: bool = True,
+               worker_process: bool = False) -> FastAPI:
+    """The relay app.
+
+    ``start_worker``: run dispatch tasks in a thread of this process; ``worker_process``
+    (``crcr serve``'s default) instead runs them in a child ``crcr worker`` at a lower
+    CPU priority, woken through a pipe, so sending never competes with intake for this
+    interpreter.
+    """
     # read ci_providers.yml first: a file crcr cannot use stops the start (naming the key)
     # before anything is created, instead of answering 500 to every callback later
     verifier = OidcVerifier.from_settings(settings) if getattr(runtime, "oidc", None) is None else None
@@ -37,6 +47,11 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     if verifier is not None:
         runtime.oidc = verifier
     secret, secret_path = webhook_secret(settings)
+    checkpointer = Checkpointer(runtime.engine)
+    # SQLite (local, no network wait) with a file allowlist: write on the event loop
+    inline = runtime.engine.dialect.name == "sqlite" and not runtime.allowlist.is_url
+    writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None,
+                         inline=inline)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -44,8 +59,13 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
             await run_in_threadpool(upgrade, runtime.engine)
         register_tasks(runtime)
         rerun_requests.register(runtime)
-        consumer = sweeper = reruns = None
-        if start_worker:
+        checkpointer.start()
+        consumer = sweeper = child = reruns = None
+        if worker_process:
+            child = WorkerProcess(workers=workers or settings.workers)
+            child.start()
+            runtime.wakeup = child.wakeup
+        elif start_worker:
             consumer = ConsumerThread(runtime.huey, workers=workers or settings.workers, wakeup=runtime.wakeup)
             consumer.start()
         if start_sweeper:
@@ -60,8 +80,12 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
                 reruns.stop()
             if sweeper:
                 sweeper.stop()
+            await run_in_threadpool(writer.stop)
             if consumer:
                 await run_in_threadpool(consumer.stop)
+            if child:
+                await run_in_threadpool(child.stop)
+            await run_in_threadpool(checkpointer.stop)
             runtime.close()
 
     app = FastAPI(title="crcr relay", version="1", lifespan=lifespan,
@@ -69,6 +93,8 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     app.state.runtime = runtime
     app.state.webhook_secret = secret
     app.state.webhook_secret_path = secret_path
+    app.state.intake_writer = writer
+    app.state.rejection_limiter = intake.RejectionLimiter()
     health.install_gauges(runtime)
     app.include_router(intake.router)
     app.include_router(callbacks.router)

@@ -1,11 +1,17 @@
 """``POST /webhook``: verify, store (delivery + outbox rows in one transaction), acknowledge.
 
+Storing goes through ``relay.group_commit``: one writer thread commits the deliveries
+of concurrent requests together and answers each only after its commit.
+
 Answers: 400 no/odd signature or headers or bad JSON; 401 wrong signature; 413 body
 over ``CRCR_MAX_WEBHOOK_BYTES`` (checked on Content-Length and while streaming, so a
 large body is never buffered whole); 200 ping, duplicate delivery, or an event that
 is recorded as ignored; 202 with the delivery id when dispatch rows were created;
 503 when storage is down. A validly signed payload never causes a 5xx: anything
-unexpected while reading it is recorded as ignored with the reason.
+unexpected while reading it is recorded as ignored with the reason. Every 400/401/413
+is logged with its reason and recorded in ``rejected_deliveries`` (rate-limited and
+capped; never the body or a secret). A ``check_run`` re-run answers 202 ``rerun`` with
+the new delivery id.
 """
 
 from __future__ import annotations
@@ -15,27 +21,27 @@ import hmac
 import json
 import logging
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import insert
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from starlette.concurrency import run_in_threadpool
+from sqlalchemy.exc import SQLAlchemyError
 
 from crcr.errors import ConfigError
 from crcr.logs import log_context
-from crcr.store.deliveries import ACCEPTED, IGNORED, Delivery, Dispatch
+from crcr.store.deliveries import ACCEPTED, Delivery, Dispatch
 from relay import checks
-from relay.events import EventInfo, describe, route
+from relay.group_commit import GroupWriter, Incoming, Rejected, Stored
 from relay.runtime import Runtime
 
 log = logging.getLogger("crcr.relay.intake")
 router = APIRouter()
 
 DELIVERY_RE = re.compile(r"^[A-Za-z0-9._:/-]{1,200}$")
-EVENT_RE = re.compile(r"^[a-z_]{1,64}$")
+# every event name GitHub sends: lowercase letters, digits, underscore (projects_v2_item)
+EVENT_RE = re.compile(r"^[a-z0-9_]{1,64}$")
 
 
 def sign(secret: bytes, body: bytes) -> str:
@@ -63,84 +69,107 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _store(runtime: Runtime, delivery_id: str, event: str, body: bytes, payload: dict[str, Any]) -> JSONResponse:
-    """Runs in a worker thread: route, write one transaction (the primary key dedupes), enqueue."""
-    metrics = runtime.metrics
-    # Outside the try below: without an allowlist the targets are unknown, and recording
-    # the delivery as ignored would lose it. The caller answers 503 (GitHub can redeliver).
-    allowlist = runtime.allowlist.get() if event != "ping" else None
-    try:
-        info = describe(event, payload)
-        if allowlist is None:
-            decision_targets, reason = [], "ping"
-            result = None
-        else:
-            result = route(info, allowlist, upstream_repo=runtime.settings.upstream_repo)
-            decision_targets, reason = result.targets, result.ignored_reason
-    except Exception as exc:  # an untrusted payload shape crcr did not foresee: record, don't 5xx
-        log.exception("could not read delivery %s", delivery_id)
-        info = EventInfo(event=event)
-        decision_targets, reason, result = [], f"could not be processed: {type(exc).__name__}", None
-    if result is not None and result.skipped and decision_targets:
-        reason = f"not sent to {', '.join(result.skipped)}: untrusted author"
-    now = runtime.clock()
-    delivery = {
-        "id": delivery_id, "event": event, "action": info.action, "repo": info.repo, "pr_number": info.pr_number,
-        "head_sha": info.head_sha, "ref": info.ref, "labels": info.labels, "label": info.label,
-        "sender": info.sender, "author_association": info.author_association,
-        "payload": body.decode("utf-8", "replace"), "payload_bytes": len(body), "received_at": now,
-        "status": ACCEPTED if decision_targets else IGNORED, "ignored_reason": reason,
-    }
-    rows = [
-        {"delivery_id": delivery_id, "target": t.repo, "kind": t.kind, "level": t.level, "event_type": event,
-         "state": "pending", "attempts": 0, "next_attempt_at": now, "created_at": now, "updated_at": now}
-        for t in decision_targets
-    ]
-    with log_context(delivery_id=delivery_id, repo=info.repo, pr=info.pr_number):
-        try:
-            # Core statements, not ORM objects: this is the hot path of every webhook
-            with runtime.write_lock, runtime.engine.begin() as conn:
-                conn.execute(insert(Delivery), delivery)
-                ids = list(conn.execute(
-                    insert(Dispatch).returning(Dispatch.id, sort_by_parameter_order=True), rows).scalars()
-                ) if rows else []
-        except IntegrityError:
-            # this X-GitHub-Delivery is already stored (a redelivery, or a concurrent twin)
-            metrics.deliveries.labels(event, "duplicate").inc()
-            return _answer(200, status="duplicate", delivery_id=delivery_id)
-        # stored: from here on nothing may turn the answer into an error
-        try:
-            if ids and runtime.tasks is not None:
-                runtime.tasks.enqueue_batch(ids)  # one task claims and sends them concurrently
-            _after_store_hooks(runtime, delivery_id, event, info)
-        except Exception:
-            log.exception("post-store step failed; the sweeper will send the dispatches")
-        if not rows:
-            metrics.deliveries.labels(event, "ignored").inc()
-            log.info("%s recorded as ignored: %s", event, reason)
-            return _answer(200, status="ignored" if event != "ping" else "pong", delivery_id=delivery_id,
-                           reason=reason)
-        metrics.deliveries.labels(event, "accepted").inc()
-        log.info("%s.%s accepted: %d dispatch(es)", event, info.action, len(rows))
-        return _answer(202, status="accepted", delivery_id=delivery_id, dispatches=len(rows))
+def hook_name(stored: Stored) -> str | None:
+    """The ``relay.checks`` hook a stored delivery needs, if any."""
+    info = stored.info
+    if stored.event == "pull_request" and info.action == "labeled" and (info.label or "").startswith("ciflow/crcr/"):
+        return "on_device_label"
+    if stored.event in ("check_run", "check_suite"):  # a re-run requested on a check (CRCR handles both)
+        return "on_check_run"
+    return None
 
 
-def _after_store_hooks(runtime: Runtime, delivery_id: str, event: str, info: EventInfo) -> None:
-    """Let the check-run module react (label added later, re-run requested); never fails intake."""
-    fn: Callable[..., Any]
-    if event == "pull_request" and info.action == "labeled" and (info.label or "").startswith("ciflow/crcr/"):
-        fn, name = checks.on_device_label, "on_device_label"
-    elif event in ("check_run", "check_suite"):  # a re-run requested on a check (CRCR handles both)
-        fn, name = checks.on_check_run, "on_check_run"
-    else:
-        return
+def after_store(runtime: Runtime, stored: Stored) -> dict[str, Any] | None:
+    """Let the check-run module react (label added later, re-run requested); never fails intake.
+
+    Returns what a ``check_run`` re-run did (for the answer), else None.
+    """
+    delivery_id = stored.delivery_id
+    name = hook_name(stored)
+    if name is None:
+        return None
+    fn: Callable[..., Any] = checks.on_device_label if name == "on_device_label" else checks.on_check_run
     try:
         with runtime.sessions() as s:
             delivery = s.get(Delivery, delivery_id)
-            fn(s, delivery, runtime)
+            result = fn(s, delivery, runtime)
+            answer = None
+            if name == "on_check_run" and isinstance(result, Dispatch):
+                # the re-run is this delivery's outcome: say so wherever the delivery is shown
+                delivery.status = ACCEPTED
+                delivery.ignored_reason = (f"check run re-run requested: dispatched again to {result.target} "
+                                           f"as delivery {result.delivery_id}")
+                answer = {"status": "rerun", "rerun_delivery_id": result.delivery_id, "dispatch_id": result.id,
+                          "target": result.target}
+            elif name == "on_check_run" and _reran_upstream_style(runtime, delivery):
+                what = "its failed jobs" if delivery.event == "check_run" else "all its jobs"
+                delivery.status = ACCEPTED
+                delivery.ignored_reason = (f"{delivery.event} re-run requested: the downstream workflow run is "
+                                           f"re-run ({what}) through the Actions API, as CRCR does")
+                answer = {"status": "rerun", "how": delivery.ignored_reason}
             s.commit()
+            return answer
     except Exception:
         log.exception("relay.checks.%s failed for %s; the delivery is stored regardless", name, delivery_id)
+        return None
+
+
+def _reran_upstream_style(runtime: Runtime, delivery: Delivery | None) -> bool:
+    """Whether ``checks.on_check_run`` started CRCR's re-run (it runs in the background)."""
+    return (delivery is not None and delivery.action in ("rerequested", "requested_action")
+            and (delivery.repo or "").lower() == runtime.settings.upstream_repo.lower()
+            and getattr(runtime.allowlist.get(), "rerun", "upstream") == "upstream")
+
+
+class RejectionLimiter:
+    """Token bucket for recording rejected requests (metrics and logs count every one).
+
+    Over the rate, a rejection is folded into a counter per (status, reason) that the
+    next recorded row of that kind carries in ``count``: a flood of bad requests costs
+    at most ``rate`` small rows a second, and the table keeps only its newest rows.
+    """
+
+    def __init__(self, rate: float = 10.0, burst: float = 20.0) -> None:
+        self.rate, self.burst = rate, burst
+        self.tokens = burst
+        self.at = time.monotonic()
+        self.folded: dict[tuple[int, str], int] = {}
+
+    def take(self, key: tuple[int, str]) -> int:
+        """How many rejections the row to write now stands for (0: fold this one, write nothing)."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1:
+            self.folded[key] = self.folded.get(key, 0) + 1
+            return 0
+        self.tokens -= 1
+        return 1 + self.folded.pop(key, 0)
+
+
+def _clean(value: str | None, limit: int) -> str | None:
+    """An unverified header value made safe to log and store (no control chars, bounded)."""
+    if not value:
+        return None
+    return _UNSAFE.sub("?", value[:limit])
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:/@+-]")
+
+
+def _reject(request: Request, code: int, reason: str, **extra: Any) -> JSONResponse:
+    """Answer 400/401/413, log the reason and record it (never the body, never a secret)."""
+    runtime: Runtime = request.app.state.runtime
+    event = _clean(request.headers.get("x-github-event"), 64)
+    delivery_id = _clean(request.headers.get("x-github-delivery"), 200)
+    label = event if event and EVENT_RE.match(event) else "unknown"
+    runtime.metrics.deliveries.labels(label, f"rejected_{code}").inc()
+    log.warning("webhook rejected with %d: %s (event %s, delivery %s)", code, reason, event or "-", delivery_id or "-")
+    limiter: RejectionLimiter = request.app.state.rejection_limiter
+    count = limiter.take((code, reason))
+    if count:
+        request.app.state.intake_writer.record_rejected(Rejected(delivery_id, event, code, reason, count))
+    return _answer(code, error=reason, **extra)
 
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
@@ -152,35 +181,35 @@ async def webhook(request: Request) -> JSONResponse:
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
-            return _answer(400, error="bad Content-Length")
+            return _reject(request, 400, "bad Content-Length")
         if int(length) > limit:
-            return _answer(413, error=f"body over {limit} bytes")
+            return _reject(request, 413, f"body over {limit} bytes")
     signature = request.headers.get("x-hub-signature-256")
     if not signature:
-        return _answer(400, error="missing X-Hub-Signature-256", hint="configure the webhook with a secret")
+        return _reject(request, 400, "missing X-Hub-Signature-256", hint="configure the webhook with a secret")
     if not signature.startswith("sha256=") or len(signature) != 71:
-        return _answer(400, error="malformed X-Hub-Signature-256")
+        return _reject(request, 400, "malformed X-Hub-Signature-256")
     try:
         body = await _read_body(request, limit)
     except _TooLarge:
-        return _answer(413, error=f"body over {limit} bytes")
+        return _reject(request, 413, f"body over {limit} bytes")
     if not hmac.compare_digest(sign(secret, body).encode(), signature.encode("ascii", "replace")):
-        runtime.metrics.deliveries.labels("unknown", "bad_signature").inc()
-        return _answer(401, error="signature does not match", hint="check the webhook secret")
+        return _reject(request, 401, "signature does not match", hint="check the webhook secret")
     event = request.headers.get("x-github-event", "")
     delivery_id = request.headers.get("x-github-delivery", "")
     if not EVENT_RE.match(event):
-        return _answer(400, error="missing or malformed X-GitHub-Event")
+        return _reject(request, 400, "missing or malformed X-GitHub-Event")
     if not DELIVERY_RE.match(delivery_id) or ".." in delivery_id or delivery_id.startswith("/"):
-        return _answer(400, error="missing or malformed X-GitHub-Delivery")
+        return _reject(request, 400, "missing or malformed X-GitHub-Delivery")
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError):
-        return _answer(400, error="body is not JSON")
+        return _reject(request, 400, "body is not JSON")
     if not isinstance(payload, dict):
-        return _answer(400, error="body is not a JSON object")
+        return _reject(request, 400, "body is not a JSON object")
+    writer: GroupWriter = request.app.state.intake_writer
     try:
-        return await run_in_threadpool(_store, runtime, delivery_id, event, body, payload)
+        stored = await writer.store(Incoming(delivery_id, event, body, payload))
     except ConfigError as exc:
         log.error("allowlist unavailable, delivery %s refused: %s", delivery_id, exc.message)
         runtime.metrics.deliveries.labels(event, "allowlist_down").inc()
@@ -193,3 +222,28 @@ async def webhook(request: Request) -> JSONResponse:
         log.exception("delivery %s could not be stored", delivery_id)
         runtime.metrics.deliveries.labels(event, "storage_down").inc()
         return _answer(503, error="the delivery could not be stored; redeliver it later")
+    return _answer_for(runtime, stored)
+
+
+def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
+    metrics, event, info = runtime.metrics, stored.event, stored.info
+    with log_context(delivery_id=stored.delivery_id, repo=info.repo, pr=info.pr_number):
+        if stored.duplicate:
+            # this X-GitHub-Delivery is already stored (a redelivery, or a concurrent twin)
+            metrics.deliveries.labels(event, "duplicate").inc()
+            return _answer(200, status="duplicate", delivery_id=stored.delivery_id)
+        if stored.hook is not None:  # a check-run re-run: say what was dispatched
+            metrics.deliveries.labels(event, "rerun").inc()
+            log.info("%s.%s: re-run: %s", event, info.action,
+                     stored.hook.get("rerun_delivery_id") or stored.hook.get("how"))
+            # 202 when a new dispatch was created; CRCR's Actions API re-run answers 200 as CRCR does
+            return _answer(202 if "dispatch_id" in stored.hook else 200, delivery_id=stored.delivery_id,
+                           **stored.hook)
+        if not stored.dispatch_ids:
+            metrics.deliveries.labels(event, "ignored").inc()
+            log.info("%s recorded as ignored: %s", event, stored.reason)
+            return _answer(200, status="ignored" if event != "ping" else "pong", delivery_id=stored.delivery_id,
+                           reason=stored.reason)
+        metrics.deliveries.labels(event, "accepted").inc()
+        log.info("%s.%s accepted: %d dispatch(es)", event, info.action, len(stored.dispatch_ids))
+        return _answer(202, status="accepted", delivery_id=stored.delivery_id, dispatches=len(stored.dispatch_ids))

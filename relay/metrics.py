@@ -28,6 +28,9 @@ class RelayMetrics:
         self.dispatch_latency = Histogram("crcr_dispatch_latency_seconds",
                                           "From webhook received to dispatch sent", buckets=LATENCY_BUCKETS,
                                           registry=r)
+        self.intake_batch = Histogram("crcr_intake_batch_deliveries",
+                                      "Deliveries stored per intake transaction (group commit)",
+                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         self.callbacks = Counter("crcr_callbacks", "Callbacks received, by outcome", ["outcome"], registry=r)
         self.queue_depth = Gauge("crcr_queue_depth", "Tasks waiting in the queue", registry=r)
         self.dispatch_rows = Gauge("crcr_dispatch_rows", "Dispatch rows by state", ["state"], registry=r)

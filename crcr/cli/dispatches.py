@@ -42,7 +42,7 @@ def list_(
     target: str = typer.Option(None, "--target", help="only this target repo (owner/repo)"),
     delivery: str = typer.Option(None, "--delivery", help="only this delivery id"),
     limit: int = typer.Option(50, "--limit", min=1, help="at most this many rows"),
-    as_json: bool = typer.Option(False, "--json", help="JSON lines instead of a table"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON array instead of a table ([] when none match)"),
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -66,8 +66,7 @@ def list_(
     finally:
         runtime.close()
     if as_json:
-        for r in rows:
-            typer.echo(json.dumps(r))
+        typer.echo(json.dumps(rows))
         return
     table = Table("id", "delivery", "target", "state", "attempts", "last error", title=f"{len(rows)} dispatch(es)")
     for r in rows:

@@ -24,10 +24,11 @@ except ImportError:  # pragma: no cover - older typer uses click itself
 
 # name -> (module, one-line help). Keep the help here so `crcr --help` imports nothing.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("crcr.cli.serve", "Run the relay (webhooks, callbacks, dashboard) with an in-process worker."),
+    "serve": ("crcr.cli.serve", "Run the relay (webhooks, callbacks, dashboard) with its dispatch worker."),
     "worker": ("crcr.cli.worker", "Run extra dispatch workers against the shared database and queue."),
     "db": ("crcr.cli.db", "Database migrations and retention (upgrade, prune)."),
     "dispatches": ("crcr.cli.dispatches", "Inspect and redeliver dispatches (list, show, redeliver)."),
+    "deliveries": ("crcr.cli.deliveries", "Every webhook received, ignored and rejected ones too (list, show)."),
     "downstream": ("crcr.cli.downstream", "Consume one dispatch payload from stdin (what a local target runs)."),
     "run": ("crcr.cli.run", "Run upstream tests on cpu, cuda or snpu and write JUnit and results JSON."),
     "report": ("crcr.cli.report", "Post a job's results to the relay as CRCR callbacks and a results upload."),
@@ -69,7 +70,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """crcr: cross-repository CI for PyTorch out-of-tree backends.
 
     The embedded default needs nothing installed: `crcr serve` runs the relay on
-    SQLite with an in-process worker. Every setting is a CRCR_* environment variable
+    SQLite with its own dispatch worker. Every setting is a CRCR_* environment variable
     (see docs/configuration.md).
     """
     ctx.ensure_object(dict)

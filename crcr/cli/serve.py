@@ -28,8 +28,8 @@ def _check_can_listen(host: str, port: int) -> None:
 @app.command(help="""Run the relay: POST /webhook, /callback, /results, /livez, /readyz, /metrics.
 
 The one-command embedded default: SQLite (WAL) and a SQLite queue in CRCR_DATA_DIR,
-an in-process worker that sends the dispatches, and the sweeper that re-enqueues
-dispatches whose worker died. Without CRCR_WEBHOOK_SECRET a random secret is
+a worker (a child process this one supervises) that sends the dispatches, and the
+sweeper that re-enqueues dispatches whose worker died. Without CRCR_WEBHOOK_SECRET a random secret is
 generated into <data_dir>/webhook-secret on first start (printed below) and every
 webhook must be signed with it. The database is migrated on start; an allowlist
 that cannot be read or parsed stops it before it listens.
@@ -38,8 +38,13 @@ Every setting is a CRCR_* variable; see docs/configuration.md.""")
 def serve(
     host: str = typer.Option(None, help="address to bind (default CRCR_HOST, 127.0.0.1)"),
     port: int = typer.Option(None, min=0, max=65535, help="port to bind (default CRCR_PORT, 8000; 0 picks a free one)"),
-    workers: int = typer.Option(None, min=1, help="in-process worker threads (default CRCR_WORKERS)"),
-    worker: bool = typer.Option(True, "--worker/--no-worker", help="run dispatch tasks in this process"),
+    workers: int = typer.Option(None, min=1, help="dispatch worker threads (default CRCR_WORKERS)"),
+    worker: bool = typer.Option(True, "--worker/--no-worker",
+                                help="send dispatches from a `crcr worker` child process started and supervised "
+                                     "by this one (at a lower CPU priority, so sending never slows intake)"),
+    worker_thread: bool = typer.Option(False, "--worker-thread",
+                                       help="send dispatches from threads of this process instead of a child "
+                                            "process (slower intake under load)"),
     sweeper: bool = typer.Option(True, "--sweeper/--no-sweeper",
                                  help="re-enqueue dispatches left in flight (enable in one process only)"),
 ) -> None:
@@ -57,7 +62,8 @@ def serve(
     AllowlistSource(settings.allowlist, ttl_s=settings.allowlist_ttl_s, github_api_url=settings.github_api_url).get()
     bind_host, bind_port = host or settings.host, settings.port if port is None else port
     _check_can_listen(bind_host, bind_port)
-    application = create_app(settings, start_worker=worker, start_sweeper=sweeper, workers=workers)
+    application = create_app(settings, start_worker=worker and worker_thread, start_sweeper=sweeper, workers=workers,
+                             worker_process=worker and not worker_thread)
     from crcr.cli.triage import register_trunk_task
 
     # a failed trunk job's callback queues triage, which looks for the commit to blame

@@ -82,9 +82,17 @@ def capabilities(
     typer.echo(summary, err=True)
 
 
-@app.command(help="Show the snpu device: registration, the modelled machine and how many kernels it has.")
+@app.command(
+    help=(
+        "Show the snpu device: registration, the modelled machine and how many kernels it has, by how "
+        "they run (tiled, whole-tensor, view). --ops lists every aten op with how it runs."
+    )
+)
 def info(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    ops_list: Annotated[
+        bool, typer.Option("--ops", help="list every aten op with its execution: tiled, whole or view")
+    ] = False,
 ) -> None:
     import torch
 
@@ -102,8 +110,11 @@ def info(
         "torch_version": torch.__version__,
         "machine": machine.current().as_dict(),
         "kernels": {k: len(v) for k, v in ops.items()},
+        "execution": {k: len(v) for k, v in caps.executions().items()},
         "fallback": "cpu" if fallback_mode() == "cpu" else "error (set CRCR_SNPU_FALLBACK=cpu to fall back)",
     }
+    if ops_list:
+        data["ops"] = {name: how for how, names in caps.executions().items() for name in names}
     if as_json:
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
@@ -117,4 +128,13 @@ def info(
         table.add_row(f"machine.{key}", str(value))
     for key, value in data["kernels"].items():
         table.add_row(f"kernels.{key}", str(value))
+    for key, value in data["execution"].items():
+        table.add_row(f"execution.{key}", str(value))
     Console().print(table)
+    if ops_list:
+        listing = Table(title="snpu aten ops", show_header=True)
+        listing.add_column("op")
+        listing.add_column("execution")
+        for name, how in sorted(data["ops"].items()):
+            listing.add_row(name, how)
+        Console().print(listing)

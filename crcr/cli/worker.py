@@ -18,8 +18,16 @@ def worker(
     workers: int = typer.Option(4, "--workers", "-w", min=1, help="worker threads in this process"),
     sweeper: bool = typer.Option(False, "--sweeper/--no-sweeper", help="also run the sweeper in this process"),
     migrate: bool = typer.Option(True, "--migrate/--no-migrate", help="upgrade the database schema first"),
+    wake_stdin: bool = typer.Option(False, "--wake-stdin", hidden=True,
+                                    help="crcr serve's child: wake on each byte of stdin, stop at its end"),
+    nice: int = typer.Option(0, "--nice", min=0, max=19, help="lower this process's CPU priority by N"),
 ) -> None:
+    import os
+    import signal
+    import threading
+
     from crcr.logs import configure_logging
+    from crcr.queue import WakeableConsumer, Wakeup
     from crcr.settings import get_settings
     from crcr.store.migrate import upgrade
     from relay.runtime import Runtime
@@ -43,9 +51,20 @@ def worker(
         sweep.start()
     if reruns:
         reruns.start()
-    huey = runtime.huey
-    consumer = huey.create_consumer(workers=workers, periodic=False, max_delay=0.5, initial_delay=0.05,
-                                    backoff=1.5, worker_type="thread")
+    if nice:
+        os.nice(nice)
+    wakeup = None
+    if wake_stdin:
+        wakeup = runtime.wakeup = Wakeup()
+
+        def read_wakeups() -> None:
+            while chunk := os.read(0, 4096):  # one byte per enqueue of the parent
+                wakeup.notify(len(chunk))
+            os.kill(os.getpid(), signal.SIGINT)  # the parent closed the pipe (or died): stop gracefully
+
+        threading.Thread(target=read_wakeups, name="crcr-wake-stdin", daemon=True).start()
+    consumer = WakeableConsumer(runtime.huey, wakeup=wakeup, workers=workers, periodic=False, max_delay=0.5,
+                                initial_delay=0.05, backoff=1.5, worker_type="thread")
     typer.echo(f"crcr worker: {workers} thread(s) on queue {settings.queue_name!r}", err=True)
     try:
         consumer.run()

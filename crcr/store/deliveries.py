@@ -33,6 +33,7 @@ OPEN_STATES = (PENDING, RETRYING)
 # delivery statuses
 ACCEPTED = "accepted"
 IGNORED = "ignored"
+REJECTED = "rejected"  # answered 400/401/413: kept in ``rejected_deliveries``, never in ``deliveries``
 
 
 def utcnow() -> dt.datetime:
@@ -106,3 +107,25 @@ class Dispatch(Base):
     trimmed: Mapped[list[str] | None] = mapped_column(JSON)
 
     delivery: Mapped[Delivery] = relationship(back_populates="dispatches")
+
+
+class RejectedDelivery(Base):
+    """A webhook refused before it was stored (400, 401, 413), with the reason.
+
+    A separate table: a refused request's ``X-GitHub-Delivery`` is unverified and must
+    never occupy the id of the real delivery. Bounded: intake keeps only the newest
+    ``REJECTED_KEEP`` rows, and while rejections arrive faster than
+    ``REJECTED_PER_SECOND`` the excess is counted into the last row (``count``) instead of
+    written one by one, so a flood of bad requests cannot fill the disk. Neither the body
+    nor any header value other than the (sanitized) event and delivery id is stored.
+    """
+
+    __tablename__ = "rejected_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[str | None] = mapped_column(String(200))  # as sent, sanitized; unverified
+    event: Mapped[str | None] = mapped_column(String(64))  # as sent, sanitized; unverified
+    status_code: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(String(200))
+    received_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    count: Mapped[int] = mapped_column(Integer, default=1)  # >1: this many like it were folded into this row

@@ -63,6 +63,21 @@ def registered_ops() -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def executions() -> dict[str, list[str]]:
+    """aten ops by how they run: ``tiled`` (a tile plan, checked by the tiling proof),
+    ``whole`` (one whole-tensor operation on device memory) or ``view`` (no data moves)."""
+    from runners.snpu import install
+    from runners.snpu.dispatch import EXECUTIONS, KERNELS
+
+    install()
+    out: dict[str, list[str]] = {e: [] for e in EXECUTIONS}
+    for name, kernel in sorted(KERNELS.items()):
+        out[kernel.execution].append(name)
+    # registered on the autograd key (runners.snpu.kernels.attention), tiled by plan_attention
+    out["tiled"] = sorted([*out["tiled"], "aten::scaled_dot_product_attention"])
+    return out
+
+
 def limits() -> dict[str, Any]:
     from runners.snpu import machine
     from runners.snpu.machine import _itemsize
@@ -159,7 +174,7 @@ def build(sweep_data: dict[str, Any] | None = None) -> dict[str, Any]:
         "generated_by": "crcr snpu capabilities",
         "torch_version": str(torch.__version__),
         "unsupported_op_error": "NotImplementedError (runners.snpu.errors.SnpuUnsupportedOpError)",
-        "unsupported_dtype_error": "TypeError (runners.snpu.errors.SnpuDtypeError)",
+        "unsupported_dtype_error": "RuntimeError (runners.snpu.errors.SnpuDtypeError)",
         # integers and bool run on the vector unit (indexing, masks, integer arithmetic);
         # matmul and the special-function unit are float-only
         "dtypes": {
@@ -171,6 +186,10 @@ def build(sweep_data: dict[str, Any] | None = None) -> dict[str, Any]:
         "limits": limits(),
         "aten_ops": ops,
         "aten_op_count": sum(len(v) for v in ops.values()),
+        # every op says how it runs: tiled ops are checked by the tiling proof; whole-tensor
+        # ops run untiled on device memory and are costed as one DMA
+        "execution": executions(),
+        "execution_count": {k: len(v) for k, v in executions().items()},
     }
     if sweep_data is not None:
         outcomes = sweep_data["outcomes"]

@@ -2,19 +2,30 @@
 
 ``call(func, args, kwargs)`` is what ``SnpuTensor.__torch_dispatch__`` runs. It
 
-1. refuses float64 and complex (the machine has no such units) with ``SnpuDtypeError``;
-2. refuses mixing snpu tensors with non-scalar CPU tensors, as CUDA does;
+1. refuses float64 and complex (the machine has no such units) with ``SnpuDtypeError``,
+   at every entry: tensor inputs, Python complex scalars, a requested dtype, and any
+   result a kernel would produce in such a dtype;
+2. refuses mixing snpu tensors with non-scalar CPU tensors, and a CPU tensor as
+   ``out=``, as CUDA does;
 3. finds the kernel registered for the op's overload (``aten::add.Tensor``) or packet
    (``aten::add``), runs it on the device memory (CPU tensors) and wraps the results;
 4. without a kernel: raises ``SnpuUnsupportedOpError`` (a ``NotImplementedError`` naming
    the op, the device and the capability file), or with ``CRCR_SNPU_FALLBACK=cpu`` runs
    the op on the CPU, logs it once per op and counts it.
+
+``prims::*`` ops (what ``torch._refs`` calls) run their aten implementation on the snpu
+tensors, so each reaches the snpu kernel of the aten op it is made of. ``out=`` calls
+follow CPU's rules: the result dtype must be castable to ``out``'s (else the same
+``RuntimeError``), and a non-empty ``out`` of the wrong shape is resized with the same
+deprecation ``UserWarning``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,9 +53,24 @@ class Kernel:
     fn: KernelFn
     category: str
     keep_device: bool = False  # the kernel sees the requested device (``_to_copy``)
+    # how the op runs: "tiled" (a tile plan, each tile loading only its region),
+    # "whole" (one whole-tensor operation on device memory, costed as one DMA) or
+    # "view" (no data moves)
+    execution: str = "whole"
+
+
+EXECUTIONS = ("tiled", "whole", "view")
+
+
+class DuplicateKernelError(RuntimeError):
+    """Two kernels registered for one aten name: the later would silently win."""
 
 
 KERNELS: dict[str, Kernel] = {}
+
+# called with every kernel that runs (the OpInfo sweep uses it to tell which entries
+# need whole-tensor kernels); None when nobody listens
+observer: Callable[[Kernel], None] | None = None
 
 # ops that legitimately take CPU tensors next to snpu ones (copies and CPU indices)
 _MIXED_DEVICE_OK = frozenset(
@@ -62,13 +88,27 @@ _MIXED_DEVICE_OK = frozenset(
 )
 
 
-def register(*names: str, category: str, keep_device: bool = False) -> Callable[[KernelFn], KernelFn]:
-    """Register ``fn`` as the snpu kernel of each aten name (overload or packet)."""
+def register(
+    *names: str, category: str, execution: str, keep_device: bool = False
+) -> Callable[[KernelFn], KernelFn]:
+    """Register ``fn`` as the snpu kernel of each aten name (overload or packet).
+
+    ``execution`` says how the kernel runs (see ``Kernel``). A name registered twice
+    raises ``DuplicateKernelError``: the second kernel would silently replace the first.
+    """
+    if execution not in EXECUTIONS:
+        raise ValueError(f"execution must be one of {EXECUTIONS}, not {execution!r}")
 
     def deco(fn: KernelFn) -> KernelFn:
-        for name in names:
-            full = name if name.startswith("aten::") else f"aten::{name}"
-            KERNELS[full] = Kernel(full, fn, category, keep_device)
+        fulls = [name if "::" in name else f"aten::{name}" for name in names]
+        repeated = sorted({n for n in fulls if fulls.count(n) > 1} | {n for n in fulls if n in KERNELS})
+        if repeated:
+            raise DuplicateKernelError(
+                f"snpu kernel registered twice for {', '.join(repeated)} "
+                f"(existing: {', '.join(KERNELS[n].category for n in repeated if n in KERNELS) or 'same call'})"
+            )
+        for full in fulls:
+            KERNELS[full] = Kernel(full, fn, category, keep_device, execution)
         return fn
 
     return deco
@@ -191,6 +231,22 @@ def check_inputs(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dic
                 raise SnpuDtypeError(t.dtype, name)
         elif t.device.type != "meta" and t.dim() > 0:
             cpu_seen = True
+        elif t.dim() == 0 and t.dtype.is_complex and name not in _MIXED_DEVICE_OK:
+            # ``1j * t`` reaches here as a wrapped 0-dim complex CPU tensor
+            raise SnpuDtypeError(t.dtype, name)
+    for v in (*args, *kwargs.values()):
+        if isinstance(v, complex):
+            raise SnpuDtypeError(torch.complex64, name)
+    for arg in func._schema.arguments:
+        if arg.is_out:
+            target = kwargs.get(arg.name)
+            targets = target if isinstance(target, (list, tuple)) else (target,)
+            for t in targets:
+                if isinstance(t, torch.Tensor) and not isinstance(t, SnpuTensor):
+                    raise RuntimeError(
+                        f"Expected out tensor to have device {_device_type}:0, but got {t.device} instead "
+                        f"(when checking arguments for {name})"
+                    )
     requested = kwargs.get("dtype")
     if requested in REFUSED_DTYPES and name != "aten::_to_copy":
         raise SnpuDtypeError(requested, name)
@@ -207,6 +263,8 @@ def check_inputs(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dic
 def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """Run one aten op on snpu tensors (see the module docstring)."""
     check_inputs(func, args, kwargs)
+    if func.namespace == "prims":
+        return _call_prim(func, args, kwargs)
     kernel = lookup(func)
     cpu_args = unwrap(args)
     if kernel is not None and kernel.keep_device:
@@ -226,16 +284,29 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
     else:
         # a kernel runs many small tile computations: intra-op threads only add
         # synchronisation (and stall badly on a loaded machine), as one core runs a tile
+        if observer is not None:
+            observer(kernel)
         threads = torch.get_num_threads()
         if threads != 1:
             torch.set_num_threads(1)
         try:
-            out = kernel.fn(func, cpu_args, cpu_kwargs)
+            if kernel.execution == "tiled" and not func._schema.is_mutable:
+                # under the tiling proof the kernel gets guarded copies of its inputs
+                from runners.snpu.kernels.common import guarded_inputs
+
+                with guarded_inputs(cpu_args, cpu_kwargs) as (g_args, g_kwargs):
+                    out = kernel.fn(func, g_args, g_kwargs)
+            else:
+                out = kernel.fn(func, cpu_args, cpu_kwargs)
         finally:
             if threads != 1:
                 torch.set_num_threads(threads)
     if isinstance(out, _Raw):
         return out.value
+    for t in _iter_tensors(out if isinstance(out, (tuple, list)) else (out,), {}):
+        if t.dtype in REFUSED_DTYPES and not isinstance(t, SnpuTensor):
+            # e.g. a real tensor times a complex 0-dim tensor a kernel let through
+            raise SnpuDtypeError(t.dtype, func.name())
     if func._schema.is_mutable:
         # out= and resize_/transpose_-like ops may change a tensor's shape: the wrapper
         # must follow its device memory
@@ -266,14 +337,122 @@ def _call_out(func: Any, functional: Any, args: tuple[Any, ...], kwargs: dict[st
     """``op(..., out=t)``: run the functional kernel, then resize ``t`` and copy into it."""
     outs = {a.name: kwargs[a.name] for a in func._schema.arguments if a.is_out and a.name in kwargs}
     rest = {k: v for k, v in kwargs.items() if k not in outs}
+    if (
+        len(outs) == 1
+        and rest.get("dtype") is None
+        and any(a.name == "dtype" and a.kwarg_only for a in functional._schema.arguments)
+    ):
+        # reductions take their dtype from out= when none is given (ATen's
+        # get_dtype_from_result): sum(x, out=long) accumulates in long, as on CPU
+        rest["dtype"] = next(iter(outs.values())).dtype
+    # PyTorch's own out= checks (dtype casting, resize warning) on meta tensors; where
+    # the out= overload has no meta kernel, CPU's general rules below
+    checked, warned = _meta_out_checks(func, args, kwargs)
     result = call(functional, args, rest)
     results = result if isinstance(result, (tuple, list)) else (result,)
     for target, value in zip(outs.values(), results, strict=False):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if checked:
+            if target.shape != value.shape:
+                if warned and target.numel() != 0:
+                    warnings.warn(_resize_warning(target.shape, value.shape), UserWarning, stacklevel=2)
+                target.resize_(value.shape)
+            target.copy_(value)
+            continue
+        if not torch.can_cast(value.dtype, target.dtype):
+            raise RuntimeError(
+                f"result type {_type_name(value.dtype)} can't be cast to the desired output type "
+                f"{_type_name(target.dtype)}"
+            )
         if target.shape != value.shape:
+            if target.numel() != 0:
+                warnings.warn(_resize_warning(target.shape, value.shape), UserWarning, stacklevel=2)
             target.resize_(value.shape)
         target.copy_(value)
     ret = tuple(outs.values())
     return ret[0] if len(ret) == 1 else ret
+
+
+def _meta_out_checks(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[bool, bool]:
+    """Run the ``out=`` overload on meta copies: PyTorch decides what it refuses.
+
+    Returns (checked, resize warned); checked is False when the overload has no meta
+    kernel (the caller applies CPU's general rules). Meta kernels are often Python
+    references with their own wording: the casting error and the resize warning are
+    re-worded as CPU's kernels word them, which is what upstream tests match.
+    """
+    from torch.utils._mode_utils import no_dispatch
+
+    def meta(x: Any) -> Any:
+        if isinstance(x, SnpuTensor):
+            d = x._data
+            with no_dispatch():
+                return torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+        if isinstance(x, torch.Tensor):
+            return x.to("meta")
+        if isinstance(x, (list, tuple)):
+            return type(x)(meta(v) for v in x)
+        return x
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            func(*meta(args), **{k: meta(v) for k, v in kwargs.items()})
+    except NotImplementedError:
+        return False, False
+    except RuntimeError as exc:
+        text = str(exc)
+        cast = re.search(r"cast from (torch\.\w+) to out tensor with dtype (torch\.\w+)", text)
+        if cast:
+            src, dst = (getattr(torch, n.removeprefix("torch.")) for n in cast.groups())
+            raise RuntimeError(
+                f"result type {_type_name(src)} can't be cast to the desired output type {_type_name(dst)}"
+            ) from None
+        if "meta" in text.lower() or "data-dependent" in text or "item()" in text:
+            return False, False
+        raise
+    for w in caught:
+        if "was resized" not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return True, any("was resized" in str(w.message) for w in caught)
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """ATen's scalar type name (``Float``, ``Long``), as CPU's casting error spells it."""
+    return {
+        torch.float32: "Float",
+        torch.float16: "Half",
+        torch.bfloat16: "BFloat16",
+        torch.float64: "Double",
+        torch.int64: "Long",
+        torch.int32: "Int",
+        torch.int16: "Short",
+        torch.int8: "Char",
+        torch.uint8: "Byte",
+        torch.bool: "Bool",
+    }.get(dtype, str(dtype).removeprefix("torch."))
+
+
+def _resize_warning(old: torch.Size, new: torch.Size) -> str:
+    """CPU's deprecation warning for resizing a non-empty ``out`` (ATen's Resize.cpp)."""
+    return (
+        f"An output with one or more elements was resized since it had shape {list(old)}, which does not "
+        f"match the required output shape {list(new)}. This behavior is deprecated, and in a future "
+        "PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+        "reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0)."
+    )
+
+
+def _call_prim(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A ``prims::`` op: its aten implementation on the snpu tensors (snpu kernels run)."""
+    packet = getattr(torch.ops.prims, func._schema.name.split("::")[1], None)
+    impl = getattr(packet, "impl_aten", None)
+    if impl is None:
+        if fallback_mode() != "cpu":
+            raise SnpuUnsupportedOpError(func.name())
+        return wrap(_run_on_cpu(func, unwrap(args), unwrap_kwargs(kwargs)))
+    return impl(*args, **kwargs)
 
 
 class _Raw:

@@ -2,13 +2,17 @@
 
     CrcrError
     ├── SnpuUnsupportedOpError   (also NotImplementedError) an aten op with no snpu kernel
-    ├── SnpuDtypeError           (also TypeError) float64 / complex, which the machine lacks
+    ├── SnpuDtypeError           (also RuntimeError) float64 / complex, which the machine lacks
     ├── SnpuPlanError            (also RuntimeError) a tile plan that cannot fit the scratchpad
+    ├── SnpuTileViolation        (also RuntimeError) the tiling proof caught a read outside a tile
     └── SnpuInstallError         registration failed (another PrivateUse1 backend, bad torch)
 
 Each inherits the builtin PyTorch tests expect (``NotImplementedError`` for a missing
-kernel, ``TypeError`` for a dtype, ``RuntimeError`` otherwise), so upstream tests and
-``pytest.raises`` see the usual classes while crcr's CLI prints them as crcr errors.
+kernel, ``RuntimeError`` otherwise, as a real device raises for a dtype it lacks), so
+upstream tests and ``pytest.raises`` see the usual classes while crcr's CLI prints them
+as crcr errors. A dtype refusal must not be a ``TypeError``: torch's binary-operator
+wrappers turn a ``TypeError`` into ``NotImplemented``, and Python then reports an
+unrelated "unsupported operand type(s)".
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class SnpuUnsupportedOpError(CrcrError, NotImplementedError):
         self.op = op
 
 
-class SnpuDtypeError(CrcrError, TypeError):
+class SnpuDtypeError(CrcrError, RuntimeError):
     reference = "snpu-unsupported-dtype"
 
     def __init__(self, dtype: object, op: str) -> None:
@@ -48,6 +52,15 @@ class SnpuPlanError(CrcrError, RuntimeError):
         super().__init__(
             message, hint="split the work into smaller pieces or raise CRCR_SNPU_USABLE_SCRATCHPAD_BYTES"
         )
+
+
+class SnpuTileViolation(CrcrError, RuntimeError):
+    """Under the tiling proof: a kernel read outside its tile (more than its plan declares)."""
+
+    reference = "snpu-tile-violation"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint="a tile must load only its own region, through kernels.common.load()")
 
 
 class SnpuInstallError(CrcrError, RuntimeError):

@@ -18,6 +18,9 @@ import torch
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+# kernel categories that move data rather than compute: every sample needs them
+_MOVEMENT = frozenset({"data_movement", "fill", "view", "scalar"})
+
 
 @dataclass
 class OpOutcome:
@@ -29,6 +32,8 @@ class OpOutcome:
     samples: int = 0
     error: str | None = None
     message: str | None = None
+    # compute kernels that ran whole-tensor for this entry (data movement not counted)
+    whole_ops: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -77,10 +82,19 @@ def compare(actual: Any, expected: Any, dtype: torch.dtype) -> None:
     )
 
 
-def run_sample(op: Any, sample: Any, dtype: torch.dtype) -> None:
-    """Run one sample on the CPU and on snpu; raise if they differ."""
+def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -> None:
+    """Run one sample on the CPU and on ``device``; raise if they differ.
+
+    ``device="cpu"`` is the baseline: the CPU against itself (what a perfect backend
+    would reach with this harness; nondeterministic and sample-mutating ops miss).
+    """
     expected = op(sample.input, *sample.args, **sample.kwargs)
-    dev = to_device(sample, "snpu")
+    # a copy either way: ``.to("snpu")`` copies, so the CPU baseline clones
+    dev = (
+        to_device(sample, device)
+        if device != "cpu"
+        else sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
+    )
     actual = op(dev.input, *dev.args, **dev.kwargs)
     compare(actual, expected, dtype)
 
@@ -114,11 +128,18 @@ def sweep(
     dtypes: tuple[torch.dtype, ...] = DTYPES,
     sample_limit: int | None = None,
     progress: Callable[[str], None] | None = None,
+    device: str = "snpu",
 ) -> SweepResult:
-    """Try every OpInfo entry (or ``ops``) in ``dtypes`` on snpu."""
-    from runners.snpu import install
+    """Try every OpInfo entry (or ``ops``) in ``dtypes`` on snpu (or ``device``)."""
+    from runners.snpu import dispatch, install
 
     install()
+    whole: set[str] = set()
+
+    def observe(kernel: Any) -> None:
+        if kernel.execution == "whole" and kernel.category not in _MOVEMENT:
+            whole.add(kernel.name)
+
     if ops is None:
         from torch.testing._internal.common_methods_invocations import op_db
 
@@ -138,14 +159,19 @@ def sweep(
                     result.outcomes.append(OpOutcome(name, dname, "n/a"))
                     continue
                 outcome = OpOutcome(name, dname, "pass")
+                whole.clear()
+                dispatch.observer = observe
                 try:
                     for sample in samples_for(op, dtype, sample_limit):
                         outcome.samples += 1
-                        run_sample(op, sample, dtype)
+                        run_sample(op, sample, dtype, device)
                 except Exception as exc:  # any failure is this op's outcome, not the sweep's
                     outcome.status = "fail"
                     outcome.error = type(exc).__name__
                     outcome.message = str(exc).splitlines()[0][:300] if str(exc) else ""
+                finally:
+                    dispatch.observer = None
+                outcome.whole_ops = sorted(whole)
                 if outcome.samples == 0 and outcome.status == "pass":
                     outcome.status = "n/a"
                 result.outcomes.append(outcome)

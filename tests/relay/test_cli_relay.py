@@ -73,7 +73,7 @@ def test_dispatches_list_show_and_redeliver(env, capsys):
     run(["db", "upgrade"], capsys)
     _plant(["dead", "sent", "dead", "pending"])
     code, out, _ = run(["dispatches", "list", "--state", "dead", "--json"], capsys)
-    listed = [json.loads(line) for line in out.splitlines()]
+    listed = json.loads(out)  # one JSON array
     assert code == 0 and [r["delivery_id"] for r in listed] == ["d2", "d0"]
     assert listed[0]["last_error"] == "GitHub answered 502"
     code, out, _ = run(["dispatches", "show", str(listed[0]["id"])], capsys)
@@ -84,7 +84,7 @@ def test_dispatches_list_show_and_redeliver(env, capsys):
     code, out, _ = run(["dispatches", "redeliver", "--all-dead"], capsys)
     assert code == 0 and "1 dispatch(es) back to pending" in out
     code, out, _ = run(["dispatches", "list", "--state", "dead", "--json"], capsys)
-    assert out.strip() == ""
+    assert code == 0 and json.loads(out) == []  # nothing matched: still one JSON document
     code, out, _ = run(["dispatches", "list"], capsys)
     assert code == 0 and "4 dispatch(es)" in out
 

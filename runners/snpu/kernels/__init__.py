@@ -10,4 +10,5 @@ from runners.snpu.kernels import (  # noqa: F401 - imported for registration
     norms,
     reductions,
     softmax,
+    whole,
 )

@@ -11,9 +11,8 @@ from typing import Any
 from runners.snpu.dispatch import register
 from runners.snpu.kernels.elementwise import elementwise
 
+# relu and threshold are elementwise.SIMPLE (registered there)
 CHEAP = (
-    "relu",
-    "relu_",
     "hardtanh",
     "hardtanh_",
     "leaky_relu",
@@ -29,9 +28,6 @@ CHEAP = (
     "hardshrink_backward",
     "softshrink",
     "softshrink_backward",
-    "threshold",
-    "threshold_",
-    "threshold_backward",
     "relu6",
     "prelu",
     "_prelu_kernel",
@@ -60,11 +56,11 @@ SPECIAL = (
 )
 
 
-@register(*CHEAP, category="activation")
+@register(*CHEAP, category="activation", execution="tiled")
 def cheap(func: Any, args: tuple, kwargs: dict) -> Any:
     return elementwise(func, args, kwargs, passes=1)
 
 
-@register(*SPECIAL, category="activation")
+@register(*SPECIAL, category="activation", execution="tiled")
 def special(func: Any, args: tuple, kwargs: dict) -> Any:
     return elementwise(func, args, kwargs, passes=4)

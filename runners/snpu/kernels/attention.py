@@ -16,7 +16,7 @@ import math
 import torch
 
 from runners.snpu import machine
-from runners.snpu.kernels.common import load, run
+from runners.snpu.kernels.common import guarded_inputs, load, run, tiles
 from runners.snpu.planner import plan_attention
 from runners.snpu.tensor import SnpuTensor
 
@@ -81,7 +81,7 @@ def flash_forward(
     for i, tile in enumerate(plan.tiles):
         last[(tile.ranges[0][0], tile.ranges[1][0])] = i
     state: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-    for i, tile in enumerate(plan.tiles):
+    for i, tile in enumerate(tiles(plan)):
         (n0, n1), (q0, q1), (k0, k1) = tile.ranges
         ns = slice(n0, n1)
         qt = load(q3, (ns, slice(q0, q1))).unsqueeze(1)
@@ -119,9 +119,11 @@ class _FlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, is_causal, scale, gqa):  # type: ignore[override]
         ctx.save_for_backward(q, k, v, mask)
         ctx.options = (is_causal, scale, gqa)
-        data = flash_forward(
-            q._data, k._data, v._data, mask._data if mask is not None else None, is_causal, scale, gqa
-        )
+        with guarded_inputs((q._data, k._data, v._data, mask._data if mask is not None else None), {}) as (
+            g,
+            _,
+        ):
+            data = flash_forward(*g, is_causal, scale, gqa)
         return SnpuTensor(data)
 
     @staticmethod

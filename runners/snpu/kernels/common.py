@@ -1,9 +1,21 @@
 """What every tiled kernel shares: loading a tile, running a plan, recording counters.
 
-``load(src, region)`` is the only way a kernel's tile sees device memory. Under
-``poison_outside_tiles()`` (a test and debugging aid) each load first replaces every
-element outside the tile's region with poison (NaN, or the dtype's minimum) so that a
-kernel reading outside its own sticks produces a different result.
+``load(src, region)`` is the only way a kernel's tile sees device memory, and
+``tiles(plan)`` the only way it walks its plan. Under ``poison_outside_tiles()`` (the
+tiling proof; a test and debugging aid) the dispatcher hands a tiled kernel full-size
+*guarded* copies of its inputs instead of device memory, and
+
+- once the first tile starts, every guarded buffer holds only poison (NaN for floats,
+  the minimum for integers, True for bool): a kernel that reads an input directly
+  instead of through ``load()`` computes garbage, and the proof's comparison fails;
+- a buffer the kernel derived from its inputs before its tiles (a re-layout copy) is
+  poisoned the same way the first time a tile loads from it;
+- ``load()`` reads the true bytes of exactly ``region`` from the device memory behind
+  the buffer and returns a copy of them (a scratchpad block), so nothing outside the
+  region is reachable through its result;
+- the bytes a tile loads must fit the scratchpad footprint its plan declares
+  (``TileCost.scratchpad_bytes``): a tile that reads a larger region than its plan
+  (every row, the whole K extent) raises ``SnpuTileViolation``.
 """
 
 from __future__ import annotations
@@ -16,6 +28,7 @@ from typing import Any
 import torch
 
 from runners.snpu import counters, machine
+from runners.snpu.errors import SnpuTileViolation
 from runners.snpu.planner import Plan
 
 _state = threading.local()
@@ -44,14 +57,141 @@ def _poison_value(dtype: torch.dtype) -> float | int | bool:
     return torch.iinfo(dtype).min
 
 
-def load(src: torch.Tensor, region: tuple[slice, ...]) -> torch.Tensor:
-    """The tile's slice of ``src`` (a copy in scratchpad when poisoning)."""
+def _over(storage: torch.UntypedStorage, dtype: torch.dtype) -> torch.Tensor:
+    """The whole storage as a flat tensor of ``dtype``."""
+    n = storage.nbytes() // _itemsize(dtype)
+    return torch.empty(0, dtype=dtype).set_(storage, 0, (n,), (1,))
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+class _Guard:
+    """One tiled op's guarded device memory under the tiling proof."""
+
+    def __init__(self, real: set[int], derive: bool = True) -> None:
+        self.real = real  # storages of the op's real inputs: never poisoned in place
+        # whether buffers the kernel derived may be poisoned in place (only when every
+        # input was swapped for a guarded copy, so no derived buffer aliases real memory)
+        self.derive = derive
+        self.truth: dict[int, torch.UntypedStorage] = {}  # guarded storage -> true bytes
+        self.dtypes: dict[int, torch.dtype] = {}
+        self.copies: dict[int, torch.UntypedStorage] = {}  # guarded storages, kept alive
+        self.poisoned = False
+        self.tile: Any = None
+        self.loaded = 0
+
+    def guard(self, t: torch.Tensor) -> torch.Tensor:
+        """A full-size copy of ``t``'s storage, same view geometry; poisoned at the first tile."""
+        real = t.untyped_storage()
+        copy = real.clone()
+        self.truth[copy.data_ptr()] = real
+        self.dtypes[copy.data_ptr()] = t.dtype
+        self.copies[copy.data_ptr()] = copy
+        return torch.empty(0, dtype=t.dtype).set_(copy, t.storage_offset(), t.size(), t.stride())
+
+    def poison_all(self) -> None:
+        for key, copy in self.copies.items():
+            _over(copy, self.dtypes[key]).fill_(_poison_value(self.dtypes[key]))
+        self.poisoned = True
+
+    def true_view(self, src: torch.Tensor) -> torch.Tensor:
+        storage = src.untyped_storage()
+        key = storage.data_ptr()
+        truth = self.truth.get(key)
+        if truth is None:
+            if key in self.real or src.numel() == 0 or not self.derive:
+                return src  # a real input left unguarded (a scalar): read as it is
+            # a buffer the kernel derived from its inputs: from now on it holds poison
+            truth = self.truth[key] = storage.clone()
+            self.dtypes[key] = src.dtype
+            self.copies[key] = storage
+            _over(storage, src.dtype).fill_(_poison_value(src.dtype))
+        return torch.empty(0, dtype=src.dtype).set_(truth, src.storage_offset(), src.size(), src.stride())
+
+
+@contextlib.contextmanager
+def guarded_inputs(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The op's tensor inputs as guarded copies (see the module docstring); no-op unless poisoning."""
+    if not poisoning():
+        yield args, kwargs
+        return
+    real: set[int] = set()
+
+    def note(x: Any) -> None:
+        if isinstance(x, torch.Tensor):
+            real.add(x.untyped_storage().data_ptr())
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                note(v)
+
+    note(args)
+    note(kwargs)
+    guard = _Guard(real)
+
+    def swap(x: Any) -> Any:
+        if isinstance(x, torch.Tensor) and x.numel() > 1 and x.device.type == "cpu":
+            return guard.guard(x)
+        if isinstance(x, (list, tuple)):
+            return type(x)(swap(v) for v in x)
+        return x
+
+    prev = getattr(_state, "guard", None)
+    _state.guard = guard
+    try:
+        yield swap(args), {k: swap(v) for k, v in kwargs.items()}
+    finally:
+        _state.guard = prev
+
+
+def tiles(plan: Plan) -> Iterator[Any]:
+    """The plan's tiles in order; under the tiling proof, each becomes the current tile."""
+    guard = getattr(_state, "guard", None) if poisoning() else None
+    if guard is None:
+        if poisoning():
+            # an op without guarded inputs (an in-place one) still has its loads bounded
+            guard = _Guard(set(), derive=False)
+            _state.guard = guard
+            try:
+                yield from _walk(plan, guard)
+            finally:
+                _state.guard = None
+            return
+        yield from plan.tiles
+        return
+    yield from _walk(plan, guard)
+
+
+def _walk(plan: Plan, guard: _Guard) -> Iterator[Any]:
+    if not guard.poisoned:
+        guard.poison_all()
+    try:
+        for tile in plan.tiles:
+            guard.tile, guard.loaded = tile, 0
+            yield tile
+    finally:
+        guard.tile = None
+
+
+def load(src: torch.Tensor, region: tuple[Any, ...]) -> torch.Tensor:
+    """The tile's ``region`` of ``src``; under the tiling proof a checked copy of the true bytes."""
     if not poisoning():
         return src[region]
-    poisoned = torch.full_like(src, _poison_value(src.dtype))
-    poisoned[region] = src[region]
-    # a kernel that indexes ``poisoned`` outside ``region`` reads poison
-    return poisoned[region].clone()
+    guard = getattr(_state, "guard", None)
+    if guard is None or guard.tile is None:
+        raise SnpuTileViolation(f"a kernel loaded {tuple(src.shape)} outside any tile of its plan")
+    block = guard.true_view(src)[region].clone()
+    guard.loaded += block.numel() * block.element_size()
+    allowed = guard.tile.cost.scratchpad_bytes
+    if guard.loaded > allowed:
+        raise SnpuTileViolation(
+            f"a tile loaded {guard.loaded} bytes but its plan's scratchpad footprint is {allowed} bytes "
+            f"(tile ranges {guard.tile.ranges}): the kernel reads outside its tile"
+        )
+    return block
 
 
 def run(plan: Plan, op: str) -> None:
@@ -89,7 +229,7 @@ def meta_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     try:
         return func(*to_meta(args), **to_meta(kwargs))
     except RuntimeError as exc:
-        if "meta" not in str(exc):
+        if "meta" not in str(exc) and "same device" not in str(exc):
             raise
         # a few meta kernels refuse CPU scalars next to meta tensors: move those too
         return func(*to_meta(args, scalars=True), **to_meta(kwargs, scalars=True))

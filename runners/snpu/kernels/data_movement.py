@@ -104,7 +104,6 @@ COPY_OPS = (
     "alias_copy",
     "detach_copy",
     "as_strided_copy",
-    "_unsafe_view",
     "repeat_interleave.self_int",
     "repeat_interleave.Tensor",
     "sort",
@@ -112,7 +111,6 @@ COPY_OPS = (
     "argsort",
     "unique_consecutive",
     "_unique2",
-    "where.self",
     "reflection_pad1d",
     "reflection_pad2d",
     "replication_pad1d",
@@ -123,10 +121,6 @@ FILL_OPS = (
     "fill_.Scalar",
     "fill_.Tensor",
     "zero_",
-    "masked_fill_.Scalar",
-    "masked_fill_.Tensor",
-    "masked_fill.Scalar",
-    "masked_fill.Tensor",
     "empty_like",
     "empty.memory_format",
     "empty_strided",
@@ -171,39 +165,39 @@ FILL_OPS = (
 INFO_OPS = ("_local_scalar_dense", "is_nonzero", "equal", "is_same_size", "_has_compatible_shallow_copy_type")
 
 
-@register(*VIEW_OPS, category="view")
+@register(*VIEW_OPS, category="view", execution="view")
 def view_op(func: Any, args: tuple, kwargs: dict) -> Any:
     """Views share device memory with their base: no data moves."""
     return func(*args, **kwargs)
 
 
-@register(*COPY_OPS, category="data_movement")
+@register(*COPY_OPS, category="data_movement", execution="whole")
 def copy_op(func: Any, args: tuple, kwargs: dict) -> Any:
     out = func(*args, **kwargs)
     record_simple(func.name(), nbytes_of(out) * 2)
     return out
 
 
-@register(*FILL_OPS, category="fill")
+@register(*FILL_OPS, category="fill", execution="whole")
 def fill_op(func: Any, args: tuple, kwargs: dict) -> Any:
     out = func(*args, **kwargs)
     record_simple(func.name(), nbytes_of(out))
     return out
 
 
-@register(*INFO_OPS, category="scalar")
+@register(*INFO_OPS, category="scalar", execution="whole")
 def info_op(func: Any, args: tuple, kwargs: dict) -> Any:
     return func(*args, **kwargs)
 
 
-@register("copy_", "_copy_from", "_copy_from_and_resize", category="data_movement")
+@register("copy_", "_copy_from", "_copy_from_and_resize", category="data_movement", execution="whole")
 def copy_(func: Any, args: tuple, kwargs: dict) -> Any:
     out = func(*args, **kwargs)
     record_simple(func.name(), nbytes_of(args[0]) * 2)
     return out
 
 
-@register("_to_copy", category="data_movement", keep_device=True)
+@register("_to_copy", category="data_movement", execution="whole", keep_device=True)
 def to_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     """``.to()``: to the CPU gives a plain CPU tensor; on snpu the dtype must be native."""
     from runners.snpu.dispatch import REFUSED_DTYPES, SnpuTensor_device_type

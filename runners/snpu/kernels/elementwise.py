@@ -15,7 +15,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, meta_call, run
+from runners.snpu.kernels.common import load, meta_call, run, tiles
 from runners.snpu.planner import plan_elementwise
 
 # vector-unit passes per output stick: arithmetic is one pass, the special-function
@@ -92,6 +92,8 @@ SIMPLE = (
     "addcmul",
     "addcdiv",
     "copysign.Tensor",
+    "copysign.Scalar",
+    "angle",
     "heaviside",
     "floor_divide",
     "true_divide.Tensor",
@@ -100,7 +102,6 @@ SIMPLE = (
     "positive",
     "deg2rad",
     "rad2deg",
-    "logical_not",
     "masked_fill.Scalar",
     "masked_fill.Tensor",
     "threshold",
@@ -165,6 +166,35 @@ TRANSCENDENTAL = (
     "xlogy.Scalar_Other",
     "nextafter",
     "ldexp.Tensor",
+    "polygamma",
+    "mvlgamma",
+    "igamma",
+    "igammac",
+    "special_zeta",
+    "special_airy_ai",
+    "special_bessel_j0",
+    "special_bessel_j1",
+    "special_bessel_y0",
+    "special_bessel_y1",
+    "special_modified_bessel_i0",
+    "special_modified_bessel_i1",
+    "special_modified_bessel_k0",
+    "special_modified_bessel_k1",
+    "special_scaled_modified_bessel_k0",
+    "special_scaled_modified_bessel_k1",
+    "special_spherical_bessel_j0",
+    "special_chebyshev_polynomial_t",
+    "special_chebyshev_polynomial_u",
+    "special_chebyshev_polynomial_v",
+    "special_chebyshev_polynomial_w",
+    "special_shifted_chebyshev_polynomial_t",
+    "special_shifted_chebyshev_polynomial_u",
+    "special_shifted_chebyshev_polynomial_v",
+    "special_shifted_chebyshev_polynomial_w",
+    "special_hermite_polynomial_h",
+    "special_hermite_polynomial_he",
+    "special_laguerre_polynomial_l",
+    "special_legendre_polynomial_p",
 )
 
 
@@ -207,7 +237,7 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
     out = flat_args[0].flat_target() if mutates else torch.empty(numel, dtype=meta_out.dtype)
     tile_args = list(flat_args)
     tile_kwargs = dict(flat_kwargs)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         a, b = tile.ranges[0]
         for i in tensor_pos:
             tile_args[i] = flat_args[i].tile(a, b)
@@ -271,5 +301,7 @@ def _transcendental(func: Any, args: tuple, kwargs: dict) -> Any:
     return elementwise(func, args, kwargs, passes=4)
 
 
-register(*SIMPLE, *_inplace_names(SIMPLE), category="elementwise")(_simple)
-register(*TRANSCENDENTAL, *_inplace_names(TRANSCENDENTAL), category="elementwise")(_transcendental)
+register(*SIMPLE, *_inplace_names(SIMPLE), category="elementwise", execution="tiled")(_simple)
+register(*TRANSCENDENTAL, *_inplace_names(TRANSCENDENTAL), category="elementwise", execution="tiled")(
+    _transcendental
+)

@@ -14,11 +14,11 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, run
+from runners.snpu.kernels.common import load, run, tiles
 from runners.snpu.planner import plan_elementwise, plan_rows
 
 
-@register("embedding", category="embedding")
+@register("embedding", category="embedding", execution="tiled")
 def embedding(func: Any, args: tuple, kwargs: dict) -> Any:
     weight, indices = args[0], args[1]
     rest = args[2:]
@@ -30,15 +30,17 @@ def embedding(func: Any, args: tuple, kwargs: dict) -> Any:
         run(plan, func.name())
         return func(weight, indices, *rest, **kwargs)
     out = torch.empty(flat.numel(), dim, dtype=weight.dtype)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), _ = tile.ranges
         idx = load(flat, (slice(r0, r1),))
-        out[r0:r1] = func(weight, idx, *rest, **kwargs)
+        # a gather: the tile loads exactly the weight rows its indices name (the forward
+        # ignores padding_idx and the other options, which only matter to the backward)
+        out[r0:r1] = load(weight, (idx,))
     run(plan, func.name())
     return out.reshape(meta.shape)
 
 
-@register("embedding_dense_backward", category="embedding")
+@register("embedding_dense_backward", category="embedding", execution="tiled")
 def embedding_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad, indices, num_weights, padding_idx, scale_grad_by_freq = args
     dim = grad.shape[-1]
@@ -49,7 +51,7 @@ def embedding_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     )
     out = torch.zeros(num_weights, dim, dtype=grad.dtype)
     if grad.numel():
-        for tile in plan.tiles:
+        for tile in tiles(plan):
             (c0, c1) = tile.ranges[0]
             cols = load(g2, (slice(None), slice(c0, c1)))
             out[:, c0:c1] = func(cols, indices, num_weights, padding_idx, scale_grad_by_freq)

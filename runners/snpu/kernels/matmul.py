@@ -13,15 +13,21 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, poisoning, run
+from runners.snpu.kernels.common import load, poisoning, run, tiles
 from runners.snpu.planner import plan_matmul
 
 
-def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = False) -> torch.Tensor:
+def batched_matmul(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    op: str,
+    drain: tuple[torch.Tensor, Any, Any, torch.dtype] | None = None,
+) -> torch.Tensor:
     """(B, M, K) @ (B, K, N) tile by tile; returns (B, M, N) in the inputs' dtype.
 
-    With ``keep_acc`` the fp32 accumulator is returned as is, for a bias to be added
-    before the single rounding to the output dtype (as the arrays drain).
+    With ``drain=(bias, alpha, beta, out_dtype)`` (bias expanded to (B, M, N)) the
+    result is ``alpha * a @ b + beta * bias``, added to the fp32 accumulator block by
+    block as the arrays drain and rounded once to ``out_dtype`` (addmm, baddbmm).
     """
     m = machine.current()
     batch, mm, k = a.shape
@@ -34,7 +40,7 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = F
         done: set[tuple] = set()
         a_blocks: dict[tuple, torch.Tensor] = {}
         b_blocks: dict[tuple, torch.Tensor] = {}
-        for tile in plan.tiles:
+        for tile in tiles(plan):
             (b0, b1), (m0, m1), (n0, n1), (k0, k1) = tile.ranges
             key = (tile.ranges,)
             if key in done:  # one Tile per batch element shares its ranges: run once
@@ -49,8 +55,12 @@ def batched_matmul(a: torch.Tensor, b: torch.Tensor, op: str, keep_acc: bool = F
                 acc[b0, m0:m1, n0:n1].addmm_(at[0], bt[0])
             else:
                 acc[b0:b1, m0:m1, n0:n1].baddbmm_(at, bt)
+    if drain is not None:
+        result = _drain_tiles(acc, plan, drain, k)
+        run(plan, op)
+        return result
     run(plan, op)
-    return acc if keep_acc else acc.to(out_dtype)
+    return acc.to(out_dtype)
 
 
 def _packed(src: torch.Tensor, region: tuple[slice, ...], dtype: torch.dtype, cache: dict) -> torch.Tensor:
@@ -63,56 +73,79 @@ def _packed(src: torch.Tensor, region: tuple[slice, ...], dtype: torch.dtype, ca
     return block
 
 
-@register("mm", category="matmul")
+@register("mm", category="matmul", execution="tiled")
 def mm(func: Any, args: tuple, kwargs: dict) -> Any:
     a, b = args[0], args[1]
     func(a.to("meta"), b.to("meta"))  # PyTorch's own shape and dtype checks
     return batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name())[0]
 
 
-@register("bmm", category="matmul")
+@register("bmm", category="matmul", execution="tiled")
 def bmm(func: Any, args: tuple, kwargs: dict) -> Any:
     a, b = args[0], args[1]
     func(a.to("meta"), b.to("meta"))
     return batched_matmul(a, b, func.name())
 
 
-@register("addmm", category="matmul")
+@register("addmm", category="matmul", execution="tiled")
 def addmm(func: Any, args: tuple, kwargs: dict) -> Any:
     bias, a, b = args[0], args[1], args[2]
     beta = kwargs.get("beta", 1)
     alpha = kwargs.get("alpha", 1)
     meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
-    prod = batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name(), keep_acc=True)[0]
-    return _drain(prod, bias, alpha, beta, meta)
+    bias3 = bias.expand(meta.shape).unsqueeze(0)
+    prod = batched_matmul(a.unsqueeze(0), b.unsqueeze(0), func.name(), drain=(bias3, alpha, beta, meta.dtype))
+    return prod[0]
 
 
-def _drain(acc: torch.Tensor, bias: torch.Tensor, alpha: Any, beta: Any, meta: torch.Tensor) -> torch.Tensor:
-    """alpha * acc + beta * bias in the accumulator's precision, rounded once."""
-    out = acc * alpha if alpha != 1 else acc
-    if beta != 0:
-        b = bias.to(acc.dtype)
-        out = out + (b * beta if beta != 1 else b)
-    return out.to(meta.dtype).expand(meta.shape).contiguous()
+def _drain_tiles(
+    acc: torch.Tensor, plan: Any, drain: tuple[torch.Tensor, Any, Any, torch.dtype], k: int
+) -> torch.Tensor:
+    """alpha * acc + beta * bias as the arrays drain, one output block per tile.
+
+    Each output block is drained by its last K tile, which loads the block's bias
+    region; the sum is in the accumulator's precision, rounded once to the output dtype.
+    """
+    bias3, alpha, beta, out_dtype = drain
+    if not plan.tiles:
+        # an empty product (K == 0 or an empty output) has no tiles: beta * bias alone
+        out = acc * alpha if alpha != 1 else acc
+        if beta != 0:
+            out = out + bias3.to(acc.dtype) * beta
+        return out.to(out_dtype)
+    out = torch.empty(acc.shape, dtype=out_dtype)
+    done: set[tuple] = set()
+    for tile in tiles(plan):
+        (b0, b1), (m0, m1), (n0, n1), (_, k1) = tile.ranges
+        if k1 != k or tile.ranges in done:
+            continue
+        done.add(tile.ranges)
+        block = acc[b0:b1, m0:m1, n0:n1]
+        block = block * alpha if alpha != 1 else block
+        if beta != 0:
+            bt = load(bias3, (slice(b0, b1), slice(m0, m1), slice(n0, n1))).to(acc.dtype)
+            block = block + (bt * beta if beta != 1 else bt)
+        out[b0:b1, m0:m1, n0:n1] = block
+    return out
 
 
-@register("baddbmm", category="matmul")
+@register("baddbmm", category="matmul", execution="tiled")
 def baddbmm(func: Any, args: tuple, kwargs: dict) -> Any:
     bias, a, b = args[0], args[1], args[2]
     beta = kwargs.get("beta", 1)
     alpha = kwargs.get("alpha", 1)
     meta = func(bias.to("meta"), a.to("meta"), b.to("meta"), beta=beta, alpha=alpha)
-    return _drain(batched_matmul(a, b, func.name(), keep_acc=True), bias, alpha, beta, meta)
+    return batched_matmul(a, b, func.name(), drain=(bias.expand(meta.shape), alpha, beta, meta.dtype))
 
 
-@register("mv", category="matmul")
+@register("mv", category="matmul", execution="tiled")
 def mv(func: Any, args: tuple, kwargs: dict) -> Any:
     a, v = args[0], args[1]
     func(a.to("meta"), v.to("meta"))
     return batched_matmul(a.unsqueeze(0), v.reshape(1, -1, 1), func.name())[0, :, 0]
 
 
-@register("dot", "vdot", category="matmul")
+@register("dot", "vdot", category="matmul", execution="tiled")
 def dot(func: Any, args: tuple, kwargs: dict) -> Any:
     a, v = args[0], args[1]
     func(a.to("meta"), v.to("meta"))

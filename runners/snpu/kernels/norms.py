@@ -16,7 +16,7 @@ import torch
 from runners.snpu import machine
 from runners.snpu.counters import OpRecord, active, record
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load
+from runners.snpu.kernels.common import load, tiles
 from runners.snpu.planner import plan_rows
 
 _PASSES = 5  # mean, centre, square-sum, rsqrt, scale-and-shift
@@ -44,7 +44,7 @@ def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
         record(OpRecord.from_tiles(op, (t.cost for t in plan.tiles), extra_cycles=extra))
 
 
-@register("native_layer_norm", category="norm")
+@register("native_layer_norm", category="norm", execution="tiled")
 def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     x, normalized_shape, weight, bias, eps = args
     k = len(normalized_shape)
@@ -63,13 +63,14 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     stat_dtype = func(x2[:1], [n], w, b, eps)[1].dtype
     mean = torch.empty(rows, 1, dtype=stat_dtype)
     rstd = torch.empty(rows, 1, dtype=stat_dtype)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
+        # the weight and bias are loaded by every tile (each core holds a copy)
         torch.ops.aten.native_layer_norm.out(
             load(x2, (slice(r0, r1), slice(c0, c1))),
             [n],
-            w,
-            b,
+            load(w, (slice(None),)) if w is not None else None,
+            load(b, (slice(None),)) if b is not None else None,
             eps,
             out0=out[r0:r1],
             out1=mean[r0:r1],
@@ -79,7 +80,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     return out.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
 
 
-@register("native_layer_norm_backward", category="norm")
+@register("native_layer_norm_backward", category="norm", execution="tiled")
 def layer_norm_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad_out, x, normalized_shape, mean, rstd, weight, bias, mask = args
     n, rows, plan = _rows_plan(x, normalized_shape)
@@ -93,10 +94,12 @@ def layer_norm_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     gx = torch.empty(rows, n, dtype=x.dtype) if mask[0] else None
     gw = torch.zeros(n, dtype=torch.float32) if mask[1] and w is not None else None
     gb = torch.zeros(n, dtype=torch.float32) if mask[2] and b is not None else None
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), _ = tile.ranges
         rs = (slice(r0, r1),)
-        a, bw, bb = func(load(g2, rs), load(x2, rs), [n], load(mu2, rs), load(rs2, rs), w, b, mask)
+        wt = load(w, (slice(None),)) if w is not None else None
+        bt = load(b, (slice(None),)) if b is not None else None
+        a, bw, bb = func(load(g2, rs), load(x2, rs), [n], load(mu2, rs), load(rs2, rs), wt, bt, mask)
         if gx is not None:
             gx[r0:r1] = a
         if gw is not None:

@@ -14,7 +14,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, meta_call, rows_view, run, unrows
+from runners.snpu.kernels.common import load, meta_call, rows_view, run, tiles, unrows
 from runners.snpu.planner import plan_rows
 
 # op packet -> how chunk partials combine (None: the whole row must fit one tile)
@@ -62,7 +62,7 @@ def reduction(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     col_split = plan.splits[1]
     outs: list[Any] = []
     partials: dict[int, list[tuple[Any, int]]] = {}
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x2, (slice(r0, r1), slice(c0, c1)))
         res = _reduce_block(packet, block, dtype)
@@ -124,6 +124,7 @@ def _combine(packet: str, parts: list[tuple[Any, int]], row_len: int, args: tupl
     "max.default",
     "min.default",
     category="reduction",
+    execution="tiled",
 )
 def _reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     return reduction(func, args, kwargs)
@@ -170,6 +171,7 @@ def _rows_of(x: torch.Tensor, dims: list[int]) -> tuple[torch.Tensor, int, int]:
     "aminmax",
     "nansum",
     category="reduction",
+    execution="tiled",
 )
 def row_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     """Reductions whose reduced extent sits whole in each tile (rows across cores)."""
@@ -198,7 +200,7 @@ def row_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     widen = (
         x.dtype in (torch.float16, torch.bfloat16) and func._schema.name in _WIDEN and kw.get("dtype") is None
     )
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x2, (slice(r0, r1), slice(c0, c1)))
         tile_kw["self"] = block.float() if widen else block
@@ -213,7 +215,12 @@ def row_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
 
 
 @register(
-    "var.correction", "std.correction", "var_mean.correction", "std_mean.correction", category="reduction"
+    "var.correction",
+    "std.correction",
+    "var_mean.correction",
+    "std_mean.correction",
+    category="reduction",
+    execution="tiled",
 )
 def variance(func: Any, args: tuple, kwargs: dict) -> Any:
     """var/std: per chunk count, mean and M2 in fp32, merged across a row's chunks (Chan)."""
@@ -233,7 +240,7 @@ def variance(func: Any, args: tuple, kwargs: dict) -> Any:
     mean = torch.zeros(rows)
     m2 = torch.zeros(rows)
     count = torch.zeros(rows)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x2, (slice(r0, r1), slice(c0, c1))).float()
         n_b = float(c1 - c0)
@@ -258,7 +265,7 @@ def variance(func: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-@register("cumsum", "cumprod", "logcumsumexp", category="reduction")
+@register("cumsum", "cumprod", "logcumsumexp", category="reduction", execution="tiled")
 def scan(func: Any, args: tuple, kwargs: dict) -> Any:
     """Scans along one dimension: whole rows per tile, rows across cores."""
     m = machine.current()
@@ -274,7 +281,7 @@ def scan(func: Any, args: tuple, kwargs: dict) -> Any:
     out = torch.empty(rows, length, dtype=meta_out.dtype)
     tile_kw = dict(kw)
     tile_kw["dim"] = 1
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         tile_kw["self"] = load(x2, (slice(r0, r1), slice(c0, c1)))
         out[r0:r1] = func(**tile_kw)

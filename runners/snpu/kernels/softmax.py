@@ -13,7 +13,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, rows_view, run, unrows
+from runners.snpu.kernels.common import load, rows_view, run, tiles, unrows
 from runners.snpu.planner import plan_rows
 
 # special-function passes per input stick: max, exp, sum, scale
@@ -36,7 +36,7 @@ def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dty
     plan = plan_rows(rows, length, x.dtype, length, m, _SOFTMAX_PASSES * len(inputs), False)
     out = torch.empty(rows, length, dtype=out_dtype)
     if x.numel():
-        for tile in plan.tiles:
+        for tile in tiles(plan):
             (r0, r1), (c0, c1) = tile.ranges
             region = (slice(r0, r1), slice(c0, c1))
             fn(*(load(mat, region) for mat in mats), out=out[r0:r1])
@@ -44,7 +44,7 @@ def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dty
     return unrows(out, moved_shape, dim, x.dim())
 
 
-@register("_softmax", "_log_softmax", category="softmax")
+@register("_softmax", "_log_softmax", category="softmax", execution="tiled")
 def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim, half_to_float = args[0], args[1], args[2]
     meta = func(x.to("meta"), dim, half_to_float)
@@ -71,7 +71,7 @@ def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     return _rowwise(func.name(), [x], dim, meta.dtype, tile)
 
 
-@register("_safe_softmax", category="softmax")
+@register("_safe_softmax", category="softmax", execution="tiled")
 def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim = args[0], args[1]
     dtype = kwargs.get("dtype") if "dtype" in kwargs else (args[2] if len(args) > 2 else None)
@@ -79,7 +79,7 @@ def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     return _rowwise(func.name(), [x], dim, meta.dtype, lambda b, out: out.copy_(func(b, -1, dtype)))
 
 
-@register("_softmax_backward_data", "_log_softmax_backward_data", category="softmax")
+@register("_softmax_backward_data", "_log_softmax_backward_data", category="softmax", execution="tiled")
 def softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad, output, dim, input_dtype = args[0], args[1], args[2], args[3]
     meta = func(grad.to("meta"), output.to("meta"), dim, input_dtype)
@@ -95,7 +95,7 @@ def _nll_tiles(op: str, rows: int, classes: int, dtype: torch.dtype) -> Any:
     return plan_rows(max(rows, 1), max(classes, 1), dtype, 1, machine.current(), 1, False)
 
 
-@register("nll_loss_forward", category="loss")
+@register("nll_loss_forward", category="loss", execution="tiled")
 def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     """Per-row gathers tile by tile; the final sum/mean drains over the ring."""
     x, target, weight, reduction, ignore_index = args
@@ -107,12 +107,14 @@ def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     plan = _nll_tiles(func.name(), rows, classes, x.dtype)
     losses = torch.empty(rows, dtype=x.dtype)
     weights = torch.empty(rows, dtype=x.dtype)
-    w = weight if weight is not None else torch.ones(classes, dtype=x.dtype)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), (c0, c1) = tile.ranges
         block = load(x, (slice(r0, r1), slice(c0, c1)))
         t = load(target, (slice(r0, r1),))
-        per_row, _ = func(block, t, weight, 0, ignore_index)
+        # the class weights are loaded by every tile (each core holds a copy)
+        wt = load(weight, (slice(None),)) if weight is not None else None
+        w = wt if wt is not None else torch.ones(classes, dtype=x.dtype)
+        per_row, _ = func(block, t, wt, 0, ignore_index)
         losses[r0:r1] = per_row
         valid = t != ignore_index
         weights[r0:r1] = torch.where(valid, w[t.clamp(0, classes - 1)], torch.zeros((), dtype=x.dtype))
@@ -126,7 +128,7 @@ def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     return total.to(x.dtype), total_weight
 
 
-@register("nll_loss_backward", category="loss")
+@register("nll_loss_backward", category="loss", execution="tiled")
 def nll_loss_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad_out, x, target, weight, reduction, ignore_index, total_weight = args
     rows = x.shape[0] if x.dim() == 2 else 1
@@ -136,14 +138,14 @@ def nll_loss_backward(func: Any, args: tuple, kwargs: dict) -> Any:
         run(plan, func.name())
         return func(*args)
     out = torch.empty_like(x)
-    for tile in plan.tiles:
+    for tile in tiles(plan):
         (r0, r1), _ = tile.ranges
         g = grad_out if reduction != 0 else load(grad_out, (slice(r0, r1),))
         out[r0:r1] = func(
             g,
             load(x, (slice(r0, r1),)),
             load(target, (slice(r0, r1),)),
-            weight,
+            load(weight, (slice(None),)) if weight is not None else None,
             reduction,
             ignore_index,
             total_weight,

@@ -24,6 +24,16 @@ def test_info_json_describes_device_and_machine(capsys: pytest.CaptureFixture[st
     assert data["device"] == "snpu:0" and data["available"] is True
     assert data["machine"]["cores"] == 32
     assert data["kernels"]["matmul"] >= 4
+    assert set(data["execution"]) == {"tiled", "whole", "view"} and data["execution"]["tiled"] > 100
+
+
+def test_info_ops_says_how_each_op_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["snpu", "info", "--json", "--ops"])
+    ops = json.loads(capsys.readouterr().out)["ops"]
+    assert ops["aten::mm"] == "tiled" and ops["aten::where.self"] == "tiled"
+    assert ops["aten::masked_fill.Scalar"] == "tiled"
+    assert ops["aten::sort"] == "whole" and ops["aten::linalg_inv_ex"] == "whole"
+    assert ops["aten::view"] == "view"
 
 
 def test_capabilities_without_sweep_is_deterministic(tmp_path: Path) -> None:
@@ -45,7 +55,7 @@ def test_capabilities_sweeps_the_named_opinfo_entries_and_caches(tmp_path: Path)
         "--op",
         "mul",
         "--op",
-        "linalg.inv",
+        "linalg.eig",
         "--out",
         str(out),
         "--cache",
@@ -54,7 +64,7 @@ def test_capabilities_sweeps_the_named_opinfo_entries_and_caches(tmp_path: Path)
     main(argv)
     doc = yaml.safe_load(out.read_text())
     assert doc["opinfo"]["by_dtype"]["float32"]["pass"] == ["mul"]
-    assert doc["opinfo"]["by_dtype"]["float32"]["fail"] == {"linalg.inv": "SnpuUnsupportedOpError"}
+    assert doc["opinfo"]["by_dtype"]["float32"]["fail"] == {"linalg.eig": "SnpuUnsupportedOpError"}
     assert "float64" not in doc["opinfo"]["by_dtype"]
     first = out.read_bytes()
     stamp = cache.stat().st_mtime_ns
@@ -86,6 +96,8 @@ def test_capabilities_rejects_unknown_opinfo_names(
 def test_committed_capability_file_matches_what_is_registered() -> None:
     doc = yaml.safe_load((ROOT / "configs" / "backends" / "snpu.yaml").read_text())
     assert doc["aten_ops"] == capabilities.registered_ops(), "stale: run `crcr snpu capabilities`"
+    assert doc["execution"] == capabilities.executions(), "stale: run `crcr snpu capabilities`"
+    assert "aten::where.self" in doc["execution"]["tiled"] and "aten::sort" in doc["execution"]["whole"]
     assert doc["opinfo"]["covered_count"]["float32"] >= 150
 
 

@@ -17,8 +17,17 @@ torch.manual_seed(0)
 CASES = {
     "broadcast_add": lambda a, b: a + b[0],
     "matmul": lambda a, b: a @ b.T,
+    "addmm_bias_view": lambda a, b: torch.addmm(a[:, :1], a, b.T, beta=0.5, alpha=2),
+    "cross_entropy_weighted": lambda a, b: F.cross_entropy(
+        a, (torch.arange(160) % 80).to(a.device), weight=b[0].abs()
+    ),
     "softmax": lambda a, b: F.softmax(a, dim=0),
     "layer_norm": lambda a, b: F.layer_norm(a, (a.shape[-1],)),
+    "layer_norm_affine": lambda a, b: F.layer_norm(a, (a.shape[-1],), b[0], b[1]),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "masked_fill": lambda a, b: a.masked_fill(b > 0, 2.0),
+    "log_softmax_last": lambda a, b: F.log_softmax(a, dim=-1),
+    "amax": lambda a, b: a.amax(1),
     "sum_dim": lambda a, b: a.sum(0),
     "var": lambda a, b: a.var(1),
     "sdpa": lambda a, b: F.scaled_dot_product_attention(a[None, None], b[None, None], b[None, None]),

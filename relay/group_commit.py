@@ -1,0 +1,360 @@
+"""Group commit for intake: one writer thread stores the deliveries of concurrent requests together.
+
+Each verified webhook becomes an ``Incoming``; the request awaits its future. The writer
+thread takes everything queued (up to ``MAX_BATCH``), routes each delivery, writes all
+of them (deliveries, outbox rows, rejected-request records) in ONE transaction, and
+only after that commit resolves each request's future: nothing is acknowledged before
+it is durable, and a burst of N webhooks costs one commit (one fsync on PostgreSQL)
+instead of N. The queue is then woken once per batch.
+
+A redelivered ``X-GitHub-Delivery`` (already stored, or twice in one batch) is answered
+``duplicate`` via ``INSERT ... ON CONFLICT DO NOTHING`` (safe with several relay
+processes on one PostgreSQL). A batch whose data one row spoils (an integrity or data
+error) is retried row by row so one bad delivery never fails the others; an
+unreachable database fails the whole batch (each request answers 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import queue
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DataError, IntegrityError
+
+from crcr.errors import ConfigError
+from crcr.logs import log_context
+from crcr.store.deliveries import Delivery, Dispatch, RejectedDelivery
+from relay.events import EventInfo, describe, route
+from relay.rows import delivery_row, dispatch_rows
+from relay.runtime import Runtime
+
+log = logging.getLogger("crcr.relay.intake")
+
+MAX_BATCH = 128
+REJECTED_KEEP = 1000  # rejected-request rows kept (the newest)
+
+
+@dataclass
+class Incoming:
+    """A verified webhook waiting to be stored."""
+
+    delivery_id: str
+    event: str
+    body: bytes
+    payload: dict[str, Any]
+
+
+@dataclass
+class Rejected:
+    """A refused request to record (bounded by the caller's rate limit)."""
+
+    delivery_id: str | None
+    event: str | None
+    status_code: int
+    reason: str
+    count: int = 1
+
+
+@dataclass
+class Stored:
+    """What happened to one ``Incoming``; the intake turns it into the HTTP answer."""
+
+    delivery_id: str
+    event: str
+    info: EventInfo
+    duplicate: bool = False
+    dispatch_ids: list[int] = field(default_factory=list)
+    reason: str | None = None
+    hook: dict[str, Any] | None = None  # what a check-run hook did (a re-run), if anything
+
+
+@dataclass
+class _Planned:
+    item: Incoming
+    info: EventInfo
+    delivery: dict[str, Any]
+    rows: list[dict[str, Any]]
+    reason: str | None
+
+
+@dataclass
+class _Job:
+    item: Incoming | Rejected
+    loop: asyncio.AbstractEventLoop | None
+    future: asyncio.Future | None
+
+
+def plan(runtime: Runtime, item: Incoming, now: dt.datetime) -> _Planned:
+    """Route one delivery and build its rows (raises ConfigError when the allowlist is unreadable)."""
+    event, delivery_id = item.event, item.delivery_id
+    # Outside the try below: without an allowlist the targets are unknown, and recording
+    # the delivery as ignored would lose it. The request answers 503 (GitHub can redeliver).
+    allowlist = runtime.allowlist.get() if event != "ping" else None
+    try:
+        info = describe(event, item.payload)
+        if allowlist is None:
+            targets, reason, result = [], "ping", None
+        else:
+            result = route(info, allowlist, upstream_repo=runtime.settings.upstream_repo)
+            targets, reason = result.targets, result.ignored_reason
+    except Exception as exc:  # an untrusted payload shape crcr did not foresee: record, don't 5xx
+        log.exception("could not read delivery %s", delivery_id)
+        info = EventInfo(event=event)
+        targets, reason, result = [], f"could not be processed: {type(exc).__name__}", None
+    if result is not None and result.skipped and targets:
+        reason = f"not sent to {', '.join(result.skipped)}: untrusted author"
+    delivery = delivery_row(delivery_id, event, info, payload=item.body.decode("utf-8", "replace"),
+                            payload_bytes=len(item.body), now=now, targets=targets, reason=reason)
+    rows = dispatch_rows(delivery_id, event, targets, now)
+    return _Planned(item, info, delivery, rows, reason)
+
+
+def _insert_ignoring_duplicates(dialect: str) -> Any:
+    table = Delivery.__table__
+    if dialect == "postgresql":
+        stmt = postgresql.insert(table).on_conflict_do_nothing(index_elements=["id"])
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(table).on_conflict_do_nothing(index_elements=["id"])
+    else:  # pragma: no cover - crcr supports SQLite and PostgreSQL only
+        stmt = insert(table)
+    return stmt.returning(table.c.id)
+
+
+def write(runtime: Runtime, planned: list[_Planned], rejected: list[Rejected], now: dt.datetime) -> list[Stored]:
+    """Store one batch in one transaction; returns one ``Stored`` per planned delivery, in order."""
+    out = [Stored(p.item.delivery_id, p.item.event, p.info, reason=p.reason) for p in planned]
+    first: dict[str, int] = {}
+    for i, p in enumerate(planned):  # the same id twice in one batch: the first one is stored
+        if p.item.delivery_id in first:
+            out[i].duplicate = True
+        else:
+            first[p.item.delivery_id] = i
+    with runtime.write_lock, runtime.engine.begin() as conn:
+        inserted: set[str] = set()
+        if first:
+            stmt = _insert_ignoring_duplicates(runtime.engine.dialect.name)
+            inserted = set(conn.execute(stmt, [planned[i].delivery for i in first.values()]).scalars())
+        rows = [r for i in first.values() if planned[i].item.delivery_id in inserted for r in planned[i].rows]
+        if rows:
+            result = conn.execute(insert(Dispatch).returning(Dispatch.id, Dispatch.delivery_id), rows)
+            for row_id, delivery_id in result.all():
+                out[first[delivery_id]].dispatch_ids.append(row_id)
+        if rejected:
+            conn.execute(insert(RejectedDelivery), [
+                {"delivery_id": r.delivery_id, "event": r.event, "status_code": r.status_code, "reason": r.reason,
+                 "received_at": now, "count": r.count} for r in rejected])
+            top = conn.execute(select(func.max(RejectedDelivery.id))).scalar_one()
+            conn.execute(delete(RejectedDelivery).where(RejectedDelivery.id <= top - REJECTED_KEEP))
+    for delivery_id, i in first.items():
+        if delivery_id not in inserted:
+            out[i].duplicate = True
+    for s in out:
+        s.dispatch_ids.sort()
+    return out
+
+
+class GroupWriter:
+    """The single writer of one app; ``await store(item)`` returns its ``Stored``.
+
+    ``inline=False``: a writer thread (PostgreSQL, whose commit waits on the network and
+    the server's fsync). ``inline=True`` (SQLite with a local allowlist): the batch is
+    written on the event loop itself, in a callback scheduled once per loop iteration,
+    collecting every request that reached the store step in that iteration. A SQLite
+    commit in WAL mode with ``synchronous=NORMAL`` and no checkpoint (see
+    ``relay.wal_checkpoint``) is a write to the page cache, well under a millisecond per
+    delivery, and a second thread would cost more: the interpreter lock is handed back
+    and forth on every socket send and HMAC, and on a loaded machine each handoff can
+    wait for the OS to schedule the other thread (profiled; see BENCHMARKS.md).
+    """
+
+    def __init__(self, runtime: Runtime, hooks: Any = None, wants_hook: Any = None, *, inline: bool = False) -> None:
+        self.runtime = runtime
+        self.inline = inline
+        self._pending: list[_Job] = []
+        self._flush_scheduled = False
+        self.hooks = hooks  # callable(runtime, Stored) -> dict | None, run after the commit
+        self.wants_hook = wants_hook or (lambda stored: False)  # callable(Stored) -> bool
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._enqueuer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="crcr-intake-enqueue")
+        self.batches = 0  # how many transactions were written (tests and benchmarks read it)
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="crcr-intake-writer", daemon=True)
+                self._thread.start()
+
+    async def store(self, item: Incoming) -> Stored:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Stored] = loop.create_future()
+        self._submit(_Job(item, loop, future), loop)
+        return await future
+
+    def record_rejected(self, rejected: Rejected) -> None:
+        """Queue a rejected-request record; written with the next batch, never awaited."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self._submit(_Job(rejected, None, None), loop)
+
+    def _submit(self, job: _Job, loop: asyncio.AbstractEventLoop | None) -> None:
+        if self.inline and loop is not None:
+            self._pending.append(job)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                loop.call_soon(self._flush)
+            return
+        self._ensure_started()
+        self._queue.put(job)
+
+    def _flush(self) -> None:
+        """Write what the requests of this loop iteration queued (inline mode)."""
+        self._flush_scheduled = False
+        while self._pending:
+            jobs, self._pending = self._pending[:MAX_BATCH], self._pending[MAX_BATCH:]
+            self._process_safely(jobs)
+
+    def _process_safely(self, jobs: list[_Job]) -> None:
+        try:
+            self._process(jobs)
+        except BaseException as exc:  # never leave a request waiting forever
+            log.exception("intake writer failed")
+            _resolve_all([(j, None, exc) for j in jobs])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._pending:  # inline mode: records queued after the last loop iteration
+            self._flush()
+        with self._lock:
+            thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put(None)
+            thread.join(timeout)
+        self._enqueuer.shutdown(wait=True)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            jobs = [job]
+            stop = False
+            while len(jobs) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stop = True
+                    break
+                jobs.append(more)
+            self._process_safely(jobs)
+            if stop:
+                return
+
+    def _process(self, jobs: list[_Job]) -> None:
+        runtime = self.runtime
+        now = runtime.clock()
+        planned: list[tuple[_Job, _Planned]] = []
+        rejected = [j.item for j in jobs if isinstance(j.item, Rejected)]
+        for j in jobs:
+            if isinstance(j.item, Incoming):
+                try:
+                    planned.append((j, plan(runtime, j.item, now)))
+                except ConfigError as exc:
+                    _resolve(j, exc=exc)
+        try:
+            stored = write(runtime, [p for _, p in planned], rejected, now)
+            self.batches += 1
+        except (IntegrityError, DataError):
+            if len(planned) + len(rejected) == 1:
+                raise
+            # one row spoils the batch: write each alone so the others are stored
+            stored = []
+            for _, p in planned:
+                try:
+                    stored.extend(write(runtime, [p], [], now))
+                except Exception as exc:
+                    stored.append(exc)  # type: ignore[arg-type]
+            if rejected:
+                try:
+                    write(runtime, [], rejected, now)
+                except Exception:
+                    log.warning("could not record %d rejected request(s)", len(rejected), exc_info=True)
+            self.batches += 1
+        except Exception as exc:  # storage down: every request of the batch answers 503
+            _resolve_all([(j, None, exc) for j, _ in planned])
+            return
+        # stored: from here on nothing may turn an answer into an error. Answer first (the
+        # queue only wakes workers; the sweeper covers an enqueue that never happens)
+        self.runtime.metrics.intake_batch.observe(len(planned))
+        later = []
+        now_settled = []
+        for (j, _), s in zip(planned, stored, strict=True):
+            if isinstance(s, Stored) and not s.duplicate and self.wants_hook(s):
+                later.append((j, s))
+            elif isinstance(s, Stored):
+                now_settled.append((j, s, None))
+            else:
+                now_settled.append((j, None, s))
+        _resolve_all(now_settled)
+        ids = [i for s in stored if isinstance(s, Stored) for i in s.dispatch_ids]
+        if ids and runtime.tasks is not None and self.inline:
+            _enqueue(runtime, ids)  # one enqueue transaction and one wake-up per batch
+        elif ids and runtime.tasks is not None:
+            # on another thread: the queue's own commit must not delay the next batch's
+            try:
+                self._enqueuer.submit(_enqueue, runtime, ids)
+            except RuntimeError:  # shut down (the app is stopping): enqueue here
+                _enqueue(runtime, ids)
+        for j, s in later:  # check-run hooks (a label, a re-run): their result is part of the answer
+            with log_context(delivery_id=s.delivery_id, repo=s.info.repo, pr=s.info.pr_number):
+                try:
+                    s.hook = self.hooks(runtime, s)
+                except Exception:
+                    log.exception("post-store step failed for %s; the delivery is stored", s.delivery_id)
+            _resolve(j, result=s)
+
+
+def _enqueue(runtime: Runtime, ids: list[int]) -> None:
+    try:
+        runtime.tasks.enqueue_batch(ids)
+    except Exception:  # enqueue_batch logs and never raises; this is belt and braces
+        log.exception("enqueue failed; the sweeper will send the dispatches")
+
+
+def _resolve(job: _Job, *, result: Any = None, exc: BaseException | None = None) -> None:
+    _resolve_all([(job, result, exc)])
+
+
+def _resolve_all(settled: list[tuple[_Job, Any, BaseException | None]]) -> None:
+    """Settle the futures of a batch with ONE wake-up of each event loop (not one per request)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Job, Any, BaseException | None]]] = {}
+    for job, result, exc in settled:
+        if job.future is not None and job.loop is not None:
+            by_loop.setdefault(job.loop, []).append((job, result, exc))
+
+    def settle(items: list[tuple[_Job, Any, BaseException | None]]) -> None:
+        for job, result, exc in items:
+            if job.future.done():  # the request was cancelled (client went away)
+                continue
+            if exc is not None:
+                job.future.set_exception(exc)
+            else:
+                job.future.set_result(result)
+
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(settle, items)
+        except RuntimeError:  # the loop is closed (shutdown)
+            pass
