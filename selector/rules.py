@@ -209,11 +209,11 @@ class PythonRefs(Rule):
         # entries, by the torch op's kernel lowered accuracy (test_ops.py 0.871 -> 0.863; unary
         # 0.829 -> 0.741, binary 0.707 -> 0.659): in eager, references reach prims often enough.
         prims = sorted(a for a in ctx.caps.aten_ops if a.startswith("prims::"))
-        if prims:
-            return None  # prims are there: the op's own support decides
+        if prims or ctx.caps.feature("prims"):
+            return None  # prims are there (listed, or `features: {prims: true}`): the op's own support decides
         what = f"the Python reference {test.op}" if test.op and test.op.startswith("_refs.") else f"{test.template}"
         return self._d("skip", f"{what} runs through prims::* ops, and {ctx.caps.device} registers no prims kernel "
-                       "(capability file aten_ops has none)", _template_pattern(test))
+                       "(capability file: no prims:: in aten_ops, no features.prims)", _template_pattern(test))
 
 
 def _template_pattern(test: InventoryTest) -> str | None:

@@ -134,5 +134,8 @@ def test_python_ref_tests_need_prims_kernels(caps):
     # reference's prims: no prims kernel, skip
     plain = classify(_template_test("test_contig_vs_every_other", "_refs.softmax"), ctx)
     assert (plain.rule, plain.mode) == ("python-refs", "skip")
+    caps.features["prims"] = True  # a backend that routes prims::* to its kernels says so
+    assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
+    del caps.features["prims"]
     caps.aten_ops.add("prims::add")
     assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
