@@ -23,13 +23,14 @@ from typing import Any
 
 from crcr.contracts.pick import load_pick
 from crcr.contracts.plan import load_plan
-from crcr.contracts.results import RunMeta, RunResults, TestResult
+from crcr.contracts.results import PlanCounts, RunMeta, RunResults, TestResult
 from crcr.errors import InputError
 from crcr.fileio import atomic_write_bytes, check_writable
 from runners import devices, junit, sharding
-from runners.errors import CollectionError
+from runners.errors import CollectionError, UnplannedError
 from runners.isolation import ChildSpec, Supervisor
 from runners.runconfig import RunConfig
+from runners.selection import UNPLANNED_POLICIES
 from runners.suites import EMBEDDED_ROOT
 
 
@@ -53,6 +54,7 @@ class RunOptions:
     log: Path | None = None
     upstream_sha: str | None = None
     overlay: Path | None = None  # a checkout whose torch/**.py functions replace the installed ones
+    unplanned: str = "error"  # tests of files the plan does not cover: error | skip | run
 
 
 @dataclass
@@ -70,6 +72,9 @@ class Prepared:
 def prepare(options: RunOptions) -> Prepared:
     """Check every input; raise ``InputError`` (exit 2) before anything runs or is written."""
     devices.get_device(options.device)
+    if options.unplanned not in UNPLANNED_POLICIES:
+        raise InputError(f"--unplanned {options.unplanned!r}: must be one of {', '.join(UNPLANNED_POLICIES)}",
+                         hint="error refuses a run the plan does not cover; skip or run state what happens instead")
     shard = sharding.parse_shard(options.shard) if options.shard else None
     plan_digest = load_plan(options.plan_dir).digest if options.plan_dir is not None else None
     pick_digest = None
@@ -188,6 +193,7 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
             rerun_failures=opts.rerun_failures,
             inventory_path=str(inventory_tmp) if opts.collect_only else None,
             overlay_dir=str(opts.overlay.resolve()) if opts.overlay else None,
+            unplanned=opts.unplanned,
         )
         config_path = workdir / "run-config.json"
         config_path.write_text(cfg.model_dump_json(), encoding="utf-8")
@@ -199,11 +205,17 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
         if opts.collect_only:
             if not inventory_tmp.exists():
                 raise CollectionError(f"collection wrote no inventory; pytest log:\n{_tail(log)}")
-            _check_collected(prepared, outcome.collected_total, log)
             assert opts.inventory is not None
+            # written even when files failed to import: the inventory records them (``errors``)
             atomic_write_bytes(opts.inventory, inventory_tmp.read_bytes())
+            _check_imports(outcome)
+            _check_collected(prepared, outcome.collected_total, log)
             return None
+        if outcome.collected_total == 0:
+            _check_imports(outcome)
         _check_collected(prepared, outcome.collected_total, log)
+    if outcome.unplanned_refused:
+        raise _unplanned_error(prepared, outcome.unplanned_refused)
     if opts.ids and not outcome.collected:
         raise CollectionError(
             f"none of the {len(opts.ids)} --id tests was collected from {prepared.root}",
@@ -238,6 +250,7 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
         pick_missing=outcome.pick_missing,
     )
     results = RunResults(run=meta, tests=tests)
+    meta.plan_counts = plan_counts(results, planned=opts.plan_dir is not None, policy=opts.unplanned)
     if opts.results is not None:
         results.write(opts.results)
     if opts.junit is not None:
@@ -245,11 +258,56 @@ def execute(prepared: Prepared, on_event: Callable[[dict[str, Any]], None] | Non
     return results
 
 
+def plan_counts(results: RunResults, *, planned: bool, policy: str) -> PlanCounts:
+    """Planned / unplanned / run counts of a run (a file that failed to import is none of them)."""
+    counts = PlanCounts(unplanned_policy=policy if planned else "run", run=results.ran())
+    files: dict[str, int] = {}
+    for test in results.tests:
+        if test.error_class == "CollectionError":
+            continue
+        if not planned or test.plan_source in (None, "unplanned"):
+            counts.unplanned += 1
+            file = test.id.split("::", 1)[0]
+            files[file] = files.get(file, 0) + 1
+        else:
+            counts.planned += 1
+            counts.by_default += test.plan_source == "default"
+    counts.unplanned_files = dict(sorted(files.items()))
+    return counts
+
+
+def _unplanned_error(prepared: Prepared, files: dict[str, int]) -> UnplannedError:
+    shown = ", ".join(f"{f} ({n} tests)" for f, n in sorted(files.items())[:5])
+    more = f" and {len(files) - 5} more files" if len(files) > 5 else ""
+    plan_dir = prepared.options.plan_dir
+    src = f" --pytorch-src {prepared.options.pytorch_src}" if prepared.options.pytorch_src else ""
+    return UnplannedError(
+        f"the plan in {plan_dir} covers none of the {sum(files.values())} tests of {shown}{more}; nothing was run",
+        hint=f"write plan files for them (crcr select plan --backend BACKEND{src} --out {plan_dir}), narrow the run (--file, -k), "
+        "or say what to do with them: --unplanned run (run them) or --unplanned skip (skip them; the run "
+        "still fails when nothing ran)",
+    )
+
+
 def _test_result(prepared: Prepared, event: dict[str, Any]) -> TestResult:
     data = {k: v for k, v in event.items() if k in TestResult.model_fields and v is not None}
     if data.get("outcome") not in ("passed", "skipped"):
         data["repro"] = repro_command(prepared, event["id"])
     return TestResult.model_validate(data)
+
+
+def _check_imports(outcome: Any) -> None:
+    """Files that failed to import make collection fail, naming what the installed torch lacks."""
+    failed = [e for e in outcome.results.values() if e.get("error_class") == "CollectionError"]
+    if not failed:
+        return
+    lines = [str(e.get("message") or e["id"]).splitlines()[0] for e in failed]
+    shown = "\n  ".join(lines[:10]) + (f"\n  ... and {len(lines) - 10} more" if len(lines) > 10 else "")
+    raise CollectionError(
+        f"{len(failed)} file(s) could not be imported; none of their tests is collected:\n  {shown}",
+        hint="a file written for another torch version imports names this torch lacks: use the checkout that "
+        "matches the installed torch, or narrow the run with --file; the inventory records each file under errors",
+    )
 
 
 def _check_collected(prepared: Prepared, total: int, log: Path) -> None:
@@ -281,8 +339,10 @@ def _crcr_version() -> str | None:
 
 
 def exit_status(results: RunResults) -> int:
-    """0 when nothing failed; 1 when a test failed, errored or passed against a strict xfail."""
-    return 1 if results.failed() else 0
+    """0 when nothing failed and not everything was skipped; 1 when a test failed, errored or passed
+    against a strict xfail, or when every selected test was skipped (an all-skipped run is not green).
+    A shard or pick that selected no test of this run has nothing to fail and stays 0."""
+    return 1 if results.failed() or (results.tests and results.ran() == 0) else 0
 
 
 def write_json(path: Path, data: Any) -> None:

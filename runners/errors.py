@@ -4,7 +4,8 @@
     ├── InputError                 (crcr) bad arguments or files: exit status 2
     └── RunnerError                a run could not be carried out: exit status 1
         ├── DeviceUnavailableError the device does not exist on this machine: exit status 3
-        └── CollectionError        pytest collected nothing it should have, or died collecting
+        ├── CollectionError        pytest collected nothing it should have, or died collecting
+        └── UnplannedError         --plan does not cover files the run would run (--unplanned error)
 """
 
 from __future__ import annotations
@@ -27,3 +28,7 @@ class DeviceUnavailableError(RunnerError):
 
 class CollectionError(RunnerError):
     reference = "collection-failed"
+
+
+class UnplannedError(RunnerError):
+    reference = "unplanned"

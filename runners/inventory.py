@@ -126,6 +126,7 @@ def describe(item: Any, device: str) -> InventoryTest:
         if k not in ("op", "module_info", "dtype", "device", "dtypes") and not callable(v)
     }
     fingerprint = _digest(f"{src_fp}|{op_fp}|{template}|{sorted(other.items())}")
+    op_dtypes = _claimed_dtypes(params.get("op"), params.get("device"), device)
     return InventoryTest(
         id=nodeid,
         file=file,
@@ -141,10 +142,26 @@ def describe(item: Any, device: str) -> InventoryTest:
         fingerprint=fingerprint,
         source_fingerprint=src_fp,
         opinfo_fingerprint=op_fp,
+        op_dtypes=op_dtypes,
     )
 
 
-def write_inventory(items: list[Any], cfg: RunConfig) -> None:
+def _claimed_dtypes(op: Any, device_param: Any, device: str) -> list[str] | None:
+    """The dtypes an OpInfo claims for the test's device type (None for tests of no OpInfo)."""
+    supported = getattr(op, "supported_dtypes", None)
+    if supported is None:
+        return None
+    try:
+        import torch
+
+        device_type = torch.device(str(device_param)).type if device_param else device
+        return sorted(str(d).replace("torch.", "") for d in supported(device_type))
+    except Exception:  # an OpInfo that cannot answer for this device type claims nothing we can read
+        return None
+
+
+def write_inventory(items: list[Any], cfg: RunConfig, errors: list[Any] | None = None) -> None:
+    """Write the collected tests, and one record per file that could not be imported."""
     import torch
 
     inventory = Inventory(
@@ -154,6 +171,7 @@ def write_inventory(items: list[Any], cfg: RunConfig) -> None:
         device=cfg.device,
         granularity="test",
         tests=[describe(item, cfg.device) for item in items],
+        errors=list(errors or []),
     )
     assert cfg.inventory_path is not None
     inventory.write(Path(cfg.inventory_path))

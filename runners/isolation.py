@@ -56,6 +56,7 @@ class Outcome:
     restarts: int = 0
     exitstatus: int | None = None
     pick_missing: int = 0
+    unplanned_refused: dict[str, int] | None = None  # files no plan covers, under --unplanned error
 
 
 def _signal_name(returncode: int) -> str:
@@ -171,6 +172,8 @@ class Supervisor:
             self.outcome.torch_version = event.get("torch_version")
             self.outcome.torch_git = event.get("torch_git")
             self.outcome.pick_missing = int(event.get("pick_missing_count", 0))
+        elif kind == "unplanned":
+            self.outcome.unplanned_refused = {str(k): int(v) for k, v in (event.get("files") or {}).items()}
         elif kind == "start":
             started[event["id"]] = time.monotonic()
         elif kind == "result":

@@ -46,6 +46,7 @@ class CrcrPlugin:
         self._events = open(cfg.events_path, "a", encoding="utf-8")
         self._crash = open(cfg.crash_path, "a", encoding="utf-8")
         self._counters = None
+        self._collection_errors: list[Any] = []  # crcr.contracts.inventory.InventoryError per file
 
     # -- events ---------------------------------------------------------------------
     def emit(self, kind: str, **data: Any) -> None:
@@ -73,13 +74,24 @@ class CrcrPlugin:
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         # an upstream file that fails to import is one error for that file, not a dead run
         if report.failed:
+            import sys
+
+            from crcr.contracts.inventory import parse_import_failure
+
+            torch = sys.modules.get("torch")
+            failure = parse_import_failure(report.nodeid or "<collection>", report.longreprtext,
+                                           getattr(torch, "__version__", None))
+            self._collection_errors.append(failure)
             self.emit(
                 "result",
                 id=report.nodeid or "<collection>",
                 outcome="error",
                 error_class="CollectionError",
-                message=outcomes.excerpt(report.longreprtext),
+                # the first line names what the installed torch lacks; pytest's text follows
+                message=failure.describe()[:300] + "\n" + (outcomes.excerpt(report.longreprtext) or "")[-1600:],
                 duration_s=0.0,
+                missing=failure.missing,
+                module=failure.module,
             )
 
     @pytest.hookimpl(trylast=True)
@@ -92,17 +104,26 @@ class CrcrPlugin:
         if deselected:
             config.hook.pytest_deselected(items=deselected)
         items[:] = keep
+        unplanned: dict[str, int] = {}
         for item in items:
             if plan is not None:
                 decision = plan.resolve(item.nodeid)
-                item.stash[_STASH_DECISION] = {
-                    "mode": decision.mode, "reason": decision.reason, "source": decision.source,
-                }
-                _apply_decision(item, decision.mode, decision.reason, decision.source)
+                mode, reason = decision.mode, decision.reason
+                if decision.source == "unplanned":
+                    file = item.nodeid.split("::", 1)[0]
+                    unplanned[file] = unplanned.get(file, 0) + 1
+                    mode, reason = selection.unplanned_decision(self.cfg.unplanned, file)
+                item.stash[_STASH_DECISION] = {"mode": mode, "reason": reason, "source": decision.source}
+                _apply_decision(item, mode, reason, decision.source)
+        if unplanned and self.cfg.unplanned == "error" and not config.option.collectonly:
+            # refuse before running anything: a run that silently skips whole files is not green
+            config.hook.pytest_deselected(items=list(items))
+            items[:] = []
+            self.emit("unplanned", files=unplanned, total=sum(unplanned.values()))
         if config.option.collectonly and self.cfg.inventory_path:
             from runners import inventory
 
-            inventory.write_inventory(items, self.cfg)
+            inventory.write_inventory(items, self.cfg, self._collection_errors)
         import torch
 
         self.emit(

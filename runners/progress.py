@@ -65,7 +65,8 @@ class Progress:
             else:
                 self._print(f"collected {self.total} tests")
         elif kind == "result" and not self.total and event.get("error_class") == "CollectionError":
-            self._print(f"collection error: {event['id']} (recorded as error)")
+            first = str(event.get("message") or event["id"]).splitlines()[0]
+            self._print(f"collection error: {first}")
         elif kind == "result":
             self.done += 1
             self.counts[event.get("outcome", "?")] += 1

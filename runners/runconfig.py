@@ -25,4 +25,5 @@ class RunConfig(BaseModel):
     inventory_path: str | None = None
     repro_prefix: str = "crcr run"
     overlay_dir: str | None = None  # torch Python sources of the commit under test (runners.overlay)
+    unplanned: str = "error"  # with a plan, tests of files it does not cover: error | skip | run
     pick_missing: list[str] = []  # filled in the child: picked ids that were not collected

@@ -16,6 +16,16 @@ def load_plan_or_none(cfg: RunConfig) -> Plan | None:
     return load_plan(cfg.plan_dir) if cfg.plan_dir else None
 
 
+UNPLANNED_POLICIES = ("error", "skip", "run")
+
+
+def unplanned_decision(policy: str, file: str) -> tuple[str, str]:
+    """(mode, reason) for a test of ``file``, which no plan file covers, under ``--unplanned``."""
+    if policy == "run":
+        return "run", f"no plan file covers {file}; run under --unplanned run"
+    return "skip", f"no plan file covers {file}; skipped under --unplanned {policy}"
+
+
 def narrow(items: list[Any], cfg: RunConfig, plan: Plan | None = None) -> tuple[list[Any], list[Any]]:
     """(kept in run order, deselected). Resume ids > --id > pick > shard.
 

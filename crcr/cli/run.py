@@ -18,11 +18,15 @@ app = typer.Typer(add_completion=False, no_args_is_help=False)
         "Without --pytorch-src the embedded op suite runs: device-generic checks over the installed torch's "
         "op_db and module_db, with ids like test/test_ops.py::TestCommonPRIVATEUSE1::test_compare_cpu_add_snpu_float32. "
         "With --pytorch-src PATH the checkout's test/ files run the way out-of-tree backends run them.\n\n"
-        "--plan DIR skips and xfails tests with the plan's reasons; --pick FILE runs only the picked tests, in "
+        "--plan DIR skips and xfails tests with the plan's reasons; tests of files no plan file covers stop the "
+        "run before anything runs (exit 1) unless --unplanned run or --unplanned skip says what to do with them; --pick FILE runs only the picked tests, in "
         "their order; --shard I/N runs one of N time-balanced shards (--matrix N prints the GitHub Actions "
         "matrix). A test that crashes or hangs is recorded as an error and the run goes on; a failed test is "
         "rerun once (failed then passed = flaky).\n\n"
-        "Exit status: 0 nothing failed; 1 a test failed or errored, or the run could not complete; "
+        "The summary says how many tests were planned, unplanned and run.\n\n"
+        "Exit status: 0 nothing failed and not every selected test was skipped; 1 a test failed or errored, every "
+        "selected test was skipped, "
+        "the plan does not cover the run, or the run could not complete; "
         "2 bad input; 3 the device is not available here (e.g. --device cuda without a GPU)."
     ),
 )
@@ -47,6 +51,8 @@ def run(
     upstream_sha: Annotated[str | None, typer.Option(help="upstream commit under test, recorded in the results")] = None,
     overlay: Annotated[Path | None, typer.Option(help="a checkout of the commit under test: the functions its torch/**.py "
                                                       "files change replace the installed torch's (Python changes only)")] = None,
+    unplanned: Annotated[str, typer.Option(
+        help="with --plan, tests of files no plan file covers: error (refuse the run), skip, or run")] = "error",
 ) -> None:
     from crcr.errors import InputError
     from runners import sharding
@@ -59,13 +65,14 @@ def run(
 
     from runners.driver import RunOptions, execute, exit_status, prepare
     from runners.progress import Progress
-    from runners.results import summary_line
+    from runners.results import plan_line, summary_line
 
     options = RunOptions(
         device=device, plan_dir=plan, pick=pick, shard=shard, junit=junit, results=results,
         pytorch_src=pytorch_src, keyword=keyword, ids=list(test_id or []), files=list(file or []),
         collect_only=collect_only, inventory=inventory, timeout_s=timeout, rerun_failures=rerun,
         durations=list(durations or []), log=log, upstream_sha=upstream_sha, overlay=overlay,
+        unplanned=unplanned,
     )
     if overlay is not None and not (overlay / "torch").is_dir():
         raise InputError(f"--overlay {overlay}: no torch/ folder in it", hint="pass the root of a PyTorch checkout")
@@ -76,6 +83,7 @@ def run(
         typer.echo(f"inventory of {progress.total} tests written to {inventory}", err=True)
         return
     typer.echo(summary_line(outcome), err=True)
+    typer.echo(plan_line(outcome), err=True)
     for test in outcome.failed()[:20]:
         typer.echo(f"  {test.outcome}: {test.id} [{test.error_class or '-'}]", err=True)
     if results:

@@ -71,39 +71,52 @@ def _load_inventory_arg(path: Path) -> Any:
 @app.command("inventory", help=(
     "Write an inventory of upstream tests (JSON, crcr.contracts.inventory).\n\n"
     "Sources: --embedded (default; the runners' embedded op suite through `crcr run --collect-only`), "
-    "--pytorch-src PATH (static AST of test/**/test_*.py; @ops expanded against the installed torch's op_db; "
-    "no upstream code runs), --test-times (file level, from PyTorch's test-times.json), or --opinfo "
-    "(one entry per OpInfo of a torch install or wheel, read statically: --torch PATH|installed)."
+    "--pytorch-src PATH (pytest's collection of the checkout's test/ tree for --device through "
+    "`crcr run --collect-only`, when torch imports here; with --static, or without torch, the static AST "
+    "of test/**/test_*.py with @ops expanded against op_db, no upstream code run; --agreement prints the "
+    "static inventory's Jaccard agreement with collection per file), --test-times (file level, from "
+    "PyTorch's test-times.json), or --opinfo (one entry per OpInfo of a torch install or wheel, read "
+    "statically: --torch PATH|installed).\n\n"
+    "A file that does not import on the installed torch is recorded under the inventory's errors (the "
+    "missing name and the torch version) and the command exits 1."
 ))
 def inventory_cmd(
     out: Annotated[Path, typer.Option("--out", "-o", help="inventory JSON to write")],
-    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch source checkout to parse statically")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch source checkout (collected; --static parses it)")] = None,
+    static: Annotated[bool, typer.Option("--static", help="with --pytorch-src: parse statically, don't collect")] = False,
+    show_agreement: Annotated[bool, typer.Option("--agreement", help="with --pytorch-src: collect and parse, "
+                                                 "print the static inventory's Jaccard per file")] = False,
     test_times: Annotated[bool, typer.Option("--test-times", help="file-level inventory from test-times.json")] = False,
     opinfo: Annotated[bool, typer.Option("--opinfo", help="OpInfo-level inventory of a torch install or wheel")] = False,
     torch: Annotated[str, typer.Option("--torch", help="with --opinfo: 'installed', a torch directory or a .whl")] = "installed",
     device: Annotated[str, typer.Option(help="device name in test ids (renamed PrivateUse1)")] = "snpu",
-    file: Annotated[list[str] | None, typer.Option("--file", help="embedded: only this upstream file (repeatable)")] = None,
-    keyword: Annotated[str | None, typer.Option("-k", help="embedded: pytest -k slice")] = None,
+    file: Annotated[list[str] | None, typer.Option("--file", help="collected: only this upstream file (repeatable)")] = None,
+    keyword: Annotated[str | None, typer.Option("-k", help="collected: pytest -k slice")] = None,
 ) -> None:
     if sum([pytorch_src is not None, test_times, opinfo]) > 1:
         raise InputError("more than one inventory source given",
                          hint="choose one: --pytorch-src, --test-times, --opinfo, or none for the embedded default")
     if pytorch_src is not None:
-        from selector.inventory.opdb import load_opdb
-        from selector.inventory.opinfo import cached_fingerprints
-        from selector.inventory.sources import TorchSources, installed_torch_dir
-        from selector.inventory.static_ast import Naming, scan_checkout
-
         if not (pytorch_src / "test").is_dir():
             raise InputError(f"{pytorch_src} has no test/ folder", hint="pass the root of a PyTorch checkout")
-        opdb = load_opdb(_settings().data_dir)
-        fps = cached_fingerprints(TorchSources(installed_torch_dir()), _settings().data_dir)
-        with _progress() as progress:
-            task = progress.add_task("parsing test files", total=None)
-            inv, problems = scan_checkout(pytorch_src, opdb, fps, Naming(device=device),
-                                          progress=lambda i, n: progress.update(task, completed=i, total=n))
-        for p in problems[:20]:
-            typer.echo(f"warning: {p}", err=True)
+        collectable = _torch_importable()
+        if static or show_agreement or not collectable:
+            static_inv = _static_inventory(pytorch_src, device)
+            if not static and not collectable and not show_agreement:
+                typer.echo("warning: torch does not import here, so the inventory is static (AST), not pytest's "
+                           "collection; static ids can differ from collected ones (see BENCHMARKS.md, inventory "
+                           "agreement); run where torch imports for exact ids", err=True)
+        if not static or show_agreement:
+            from selector.inventory.embedded import collect
+
+            typer.echo(f"collecting {pytorch_src}/test for {device} (crcr run --collect-only) ...", err=True)
+            inv = collect(device, list(file or []), keyword, pytorch_src)
+        else:
+            inv = static_inv
+        if show_agreement:
+            from selector.inventory.agreement import agreement, render
+
+            typer.echo(render(agreement(static_inv, inv)))
     elif test_times:
         from crcr.data import TEST_TIMES
         from selector.inventory.test_times import times_inventory_with_problems
@@ -120,6 +133,34 @@ def inventory_cmd(
         inv = collect_embedded(device, list(file or []), keyword)
     inv.write(out)
     typer.echo(f"{len(inv.tests)} tests in {len(inv.files())} files ({inv.source}, {inv.granularity}) -> {out}")
+    from selector.errors import import_failures
+
+    failure = import_failures(inv, f"the inventory is written to {out}")
+    if failure is not None:
+        raise failure
+
+
+def _torch_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("torch") is not None
+
+
+def _static_inventory(pytorch_src: Path, device: str) -> Any:
+    from selector.inventory.opdb import load_opdb
+    from selector.inventory.opinfo import cached_fingerprints
+    from selector.inventory.sources import TorchSources, installed_torch_dir
+    from selector.inventory.static_ast import Naming, scan_checkout
+
+    opdb = load_opdb(_settings().data_dir)
+    fps = cached_fingerprints(TorchSources(installed_torch_dir()), _settings().data_dir)
+    with _progress() as progress:
+        task = progress.add_task("parsing test files", total=None)
+        inv, problems = scan_checkout(pytorch_src, opdb, fps, Naming(device=device),
+                                      progress=lambda i, n: progress.update(task, completed=i, total=n))
+    for p in problems[:20]:
+        typer.echo(f"warning: {p}", err=True)
+    return inv
 
 
 def _build_agent(agent: str) -> Any:
@@ -186,7 +227,10 @@ def plan_cmd(
     capabilities: Annotated[Path | None, typer.Option(help="capability file (default configs/backends/<backend>.yaml)")] = None,
     out: Annotated[Path | None, typer.Option(help="plan directory (default configs/selections/<backend>)")] = None,
     agent: Annotated[str, typer.Option(help="offline or claude")] = "offline",
-    pytorch_src: Annotated[Path | None, typer.Option(help="checkout the agent's read_test_source reads from")] = None,
+    pytorch_src: Annotated[Path | None, typer.Option(help="a PyTorch checkout: without --inventory its test/ tree is "
+                                                     "collected for the backend's device; the agent reads test sources there")] = None,
+    file: Annotated[list[str] | None, typer.Option("--file", help="with --pytorch-src: only this upstream file (repeatable)")] = None,
+    keyword: Annotated[str | None, typer.Option("-k", help="with --pytorch-src: pytest -k slice")] = None,
     disabled: Annotated[Path | None, typer.Option(help="disabled-tests JSON (default: the shipped pytorch-stats copy)")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="classify everything again")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
@@ -215,6 +259,13 @@ def plan_cmd(
                        f"{time.perf_counter() - start:.2f}s")
             return
         inv = load_inventory(inventory)
+    elif pytorch_src is not None:
+        from selector.inventory.embedded import collect
+
+        if not (pytorch_src / "test").is_dir():
+            raise InputError(f"{pytorch_src} has no test/ folder", hint="pass the root of a PyTorch checkout")
+        typer.echo(f"collecting {pytorch_src}/test for {caps.device} (crcr run --collect-only) ...", err=True)
+        inv = collect(caps.device, list(file or []), keyword, pytorch_src)
     else:
         from selector.inventory.embedded import collect_embedded
 
@@ -233,6 +284,11 @@ def plan_cmd(
     if data_dir is not None and inv_digest is not None:
         record_state(inv_digest, context, backend, out_dir, data_dir)
     _print_report(report, as_json)
+    from selector.errors import import_failures
+
+    failure = import_failures(inv, f"the plan in {out_dir} is written")
+    if failure is not None:
+        raise failure
 
 
 @app.command("upgrade", help=(

@@ -9,6 +9,7 @@ parsing of a checkout, or file level from test-times.json). The selector plans o
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Literal
@@ -39,12 +40,63 @@ class InventoryTest(BaseModel):
     fingerprint: str = Field(description="hash of source_fingerprint and opinfo_fingerprint")
     source_fingerprint: str | None = Field(None, description="hash of the test's own source")
     opinfo_fingerprint: str | None = Field(None, description="hash of the OpInfo entry it expands")
+    op_dtypes: list[str] | None = Field(None, description="dtypes the OpInfo claims for this test's device type "
+                                        "(what test_dtypes compares the backend with)")
     duration_s: float | None = Field(None, description="measured or estimated duration")
 
     @property
     def relative_id(self) -> str:
         """The id inside its file (``Class::method``), as plan entries use it."""
         return self.id.split("::", 1)[1] if "::" in self.id else self.id
+
+
+class InventoryError(BaseModel):
+    """An upstream file that could not be imported (so none of its tests is inventoried)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str = Field(description="upstream file, e.g. test/test_ops.py")
+    error_class: str = Field(description="ImportError, ModuleNotFoundError, AttributeError, SyntaxError ...")
+    missing: str | None = Field(None, description="the name the installed torch lacks, e.g. skip")
+    module: str | None = Field(None, description="where it was looked up, e.g. torch.testing._internal.common_methods_invocations")
+    torch_version: str | None = None
+    message: str = Field(description="the error, bounded")
+
+    def describe(self) -> str:
+        """``test/test_ops.py: cannot import skip from torch....common_methods_invocations on torch 2.13.0``."""
+        if self.missing and self.module:
+            what = f"{self.error_class}: {self.module} has no {self.missing!r}"
+        elif self.missing:
+            what = f"{self.error_class}: no module or name {self.missing!r}"
+        else:
+            what = f"{self.error_class}: {self.message.splitlines()[0][:200] if self.message else ''}"
+        return f"{self.file} does not import on torch {self.torch_version or '?'} ({what})"
+
+
+_IMPORT_NAME = re.compile(r"(ImportError): cannot import name '([^']+)' from '([^']+)'")
+_NO_MODULE = re.compile(r"(ModuleNotFoundError): No module named '([^']+)'")
+_NO_ATTR = re.compile(r"(AttributeError): module '([^']+)' has no attribute '([^']+)'")
+_ANY_ERROR = re.compile(r"^E?\s*(\w+(?:Error|Exception))\b", re.M)
+
+
+def parse_import_failure(file: str, text: str, torch_version: str | None) -> InventoryError:
+    """Read pytest's collection error text for the name the installed torch lacks."""
+    if m := _IMPORT_NAME.search(text):
+        cls, missing, module = m.group(1), m.group(2), m.group(3)
+    elif m := _NO_MODULE.search(text):
+        cls, missing, module = m.group(1), m.group(2), None
+    elif m := _NO_ATTR.search(text):
+        cls, module, missing = m.group(1), m.group(2), m.group(3)
+    else:
+        found = _ANY_ERROR.findall(text)
+        cls, missing, module = (found[-1] if found else "CollectionError"), None, None
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    # pytest marks the exception's own lines with "E"; the last of them says what went wrong
+    said = [ln[1:].strip() for ln in lines if ln.startswith("E ") and cls in ln]
+    tail = "\n".join(lines[-8:])
+    message = (said[-1] + "\n" + tail) if said else tail
+    return InventoryError(file=file, error_class=cls, missing=missing, module=module, torch_version=torch_version,
+                          message=message[:2000])
 
 
 class Inventory(BaseModel):
@@ -59,6 +111,7 @@ class Inventory(BaseModel):
     device: str | None = None
     granularity: Literal["test", "file", "opinfo"] = "test"
     tests: list[InventoryTest] = Field(default_factory=list)
+    errors: list[InventoryError] = Field(default_factory=list, description="files that could not be imported")
 
     def by_id(self) -> dict[str, InventoryTest]:
         return {t.id: t for t in self.tests}

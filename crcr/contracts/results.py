@@ -69,6 +69,19 @@ class TestResult(BaseModel):
         return scrub(v)
 
 
+class PlanCounts(BaseModel):
+    """How the run's tests relate to the plan: planned, unplanned, and how many really ran."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    planned: int = Field(0, description="tests a plan file covers (an entry or the file's defaults)")
+    by_default: int = Field(0, description="of the planned, tests no entry matched (the file's defaults decided)")
+    unplanned: int = Field(0, description="tests of files no plan file covers (all of them without --plan)")
+    unplanned_policy: str = Field("run", description="what happened to unplanned tests: run | skip | error")
+    unplanned_files: dict[str, int] = Field(default_factory=dict, description="unplanned tests per upstream file")
+    run: int = Field(0, description="tests that executed (passed, failed, errored, xfailed, xpassed, flaky)")
+
+
 class RunMeta(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -86,6 +99,7 @@ class RunMeta(BaseModel):
     finished_at: str | None = None
     command: str | None = None
     crcr_version: str | None = None
+    plan_counts: PlanCounts | None = Field(None, description="planned / unplanned / run counts")
 
 
 class RunResults(BaseModel):
@@ -98,6 +112,11 @@ class RunResults(BaseModel):
     def counts(self) -> dict[str, int]:
         c = Counter(t.outcome for t in self.tests)
         return {o: c.get(o, 0) for o in OUTCOMES}
+
+    def ran(self) -> int:
+        """Tests that executed: not skipped, and not a file that failed to import."""
+        return sum(1 for t in self.tests
+                   if t.outcome != "skipped" and t.error_class != "CollectionError")
 
     def failed(self) -> list[TestResult]:
         return [t for t in self.tests if t.outcome in ("failed", "error")]

@@ -1,8 +1,8 @@
 """OpInfo-level inventory, read statically from ``common_methods_invocations.py`` and
 ``opinfo/definitions/*.py`` (nothing is imported or executed).
 
-Each OpInfo entry (``UnaryUfuncInfo('abs', ...)``) in a module-level ``*op_db`` or
-``*python_ref_db`` list gets a fingerprint of its normalised constructor call plus the
+Each OpInfo entry (``UnaryUfuncInfo('abs', ...)``) in a module-level list ending in ``op_db`` or
+``python_ref_db`` gets a fingerprint of its normalised constructor call plus the
 module-level helper functions it names (``sample_inputs_func=...`` and friends), so a
 change to an op's samples counts as a change to the op. Both versions of an upgrade are
 hashed by this same code, so added / removed / changed / unchanged is meaningful.
@@ -19,6 +19,10 @@ from selector.fingerprint import digest, normalised
 from selector.inventory.sources import INTERNAL, TorchSources
 
 _DB_SUFFIXES = ("op_db", "python_ref_db")
+# op_db itself is built from the lists named exactly op_db / python_ref_db (common_methods_invocations
+# adds opinfo.definitions.*.op_db to it). Other lists ending in op_db hold entries of their own kind:
+# ForeachFuncInfo('add') is torch's "_foreach_add", so the foreach lists must not answer for "add".
+_OP_DB_LISTS = ("op_db", "python_ref_db")
 
 
 @dataclass
@@ -103,14 +107,19 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
                 name, variant = _entry_name(elt)
                 if not name:
                     continue
+                if db not in _OP_DB_LISTS and db.startswith("foreach_") and not name.startswith("_foreach_"):
+                    name = f"_foreach_{name}"  # as ForeachFuncInfo names itself
                 key = f"{name}.{variant}" if variant else name
                 used = sorted({n.id for n in ast.walk(elt) if isinstance(n, ast.Name) and n.id in helpers})
                 fp = digest(normalised(elt), *[helpers[h] for h in used])
                 entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", elt.lineno, fp, used)
                 if with_source:
                     entry.source = ast.get_source_segment(text, elt) or ""
-                # The first definition wins, as in op_db's own order (later duplicates are rare).
-                entries.setdefault(key, entry)
+                # An op_db entry beats any other list's entry of the same key; within a kind the first
+                # definition wins, as in op_db's own order (later duplicates are rare).
+                held = entries.get(key)
+                if held is None or (db in _OP_DB_LISTS and held.db not in _OP_DB_LISTS):
+                    entries[key] = entry
     return entries
 
 

@@ -43,7 +43,7 @@ def _run(tmp_path: Path, device: str, cls: str, xfail: str, strict: str) -> tupl
     status = crcr(
         "run", "--device", device, "--plan", str(_plan(tmp_path, cls, device, xfail, strict)),
         "-k", "(compare_cpu or noncontiguous) and (add or mul) and (float32 or float64)",
-        "--results", str(results), "--junit", str(junit), "--log", str(log),
+        "--results", str(results), "--junit", str(junit), "--log", str(log), "--unplanned", "skip",
     )
     return status, results, junit, log
 
@@ -89,7 +89,8 @@ def test_embedded_slice_on_cpu_applies_the_plan(tmp_path, small_suite):
     # files no plan file covers are skipped, and the reason says so
     unplanned = by_id["test/test_ops_gradients.py::TestBwdGradientsCPU::test_backward_compare_cpu_add_cpu_float32"]
     assert unplanned.outcome == "skipped" and unplanned.plan_source == "unplanned"
-    assert "no plan file covers test/test_ops_gradients.py" in unplanned.message
+    assert "no plan file covers test/test_ops_gradients.py; skipped under --unplanned skip" in unplanned.message
+    assert results.run.plan_counts.unplanned_files.keys() == {"test/test_ops_gradients.py"}
     assert counts == {**counts, "xpassed": 1, "failed": 1}
     assert status == 1  # the strict xpass fails the run
     assert results.run.device == "cpu" and results.run.torch_version.startswith("2.")

@@ -183,7 +183,7 @@ def test_wrong_key_is_a_clear_error_without_the_key(inventory, caps, disabled, t
 def test_plan_with_claude_via_cli_never_prints_or_stores_the_key(cli, tmp_path, monkeypatch):
     from .conftest import FIX, UPSTREAM
 
-    code, out, err = cli("select", "inventory", "--pytorch-src", UPSTREAM, "--out", tmp_path / "inv.json")
+    code, out, err = cli("select", "inventory", "--static", "--pytorch-src", UPSTREAM, "--out", tmp_path / "inv.json")
     assert code == 0, err
     with FakeAnthropic(honest_model, api_key=KEY) as fake:
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)

@@ -166,3 +166,21 @@ def test_opinfo_change_projects_onto_tests_and_only_those_change(tmp_path):
     upgraded = {t.op or t.method: t.fingerprint for t in with_new_opinfo(tests, old, new).tests}
     assert upgraded["add"] == "fp-add" and upgraded["test_plain"] == "fp-plain"
     assert upgraded["mul"] != "fp-mul" and "qr" not in upgraded
+
+
+def test_foreach_lists_do_not_shadow_op_db_entries(tmp_path):
+    """ForeachFuncInfo('add') is torch's _foreach_add: it must not answer for op_db's add."""
+    from selector.inventory.opinfo import scan
+    from selector.inventory.sources import TorchSources
+
+    internal = tmp_path / "torch" / "testing" / "_internal"
+    internal.mkdir(parents=True)
+    (tmp_path / "torch" / "version.py").write_text("__version__ = '9.9.9'\n")
+    (internal / "common_methods_invocations.py").write_text(
+        "foreach_binary_op_db = [ForeachFuncInfo('add', dtypes=floating_types())]\n"
+        "op_db = [BinaryUfuncInfo('add', dtypes=all_types()), OpInfo('mm', dtypes=floating_types())]\n"
+    )
+    entries = scan(TorchSources(tmp_path / "torch"), with_source=True)
+    assert entries["add"].db == "op_db" and entries["add"].source.startswith("BinaryUfuncInfo('add'")
+    assert entries["_foreach_add"].db == "foreach_binary_op_db"
+    assert entries["mm"].db == "op_db"

@@ -91,3 +91,51 @@ def test_committed_snpu_capability_file_refuses_float64_and_complex():
     assert {"float32", "float16", "bfloat16", "int64", "bool"} <= caps.dtypes
     assert {"float64", "complex64", "complex128"} <= caps.refused_dtypes and not caps.refused_dtypes & caps.dtypes
     assert caps.device == "snpu" and caps.has_opinfo and caps.supports_op("add", "float32")
+
+
+def _template_test(template: str, op: str, op_dtypes: list[str] | None = None, cls: str = "TestCommonPRIVATEUSE1"):
+    from crcr.contracts.inventory import InventoryTest
+
+    method = f"{template}_{op.replace('.', '_')}_snpu"
+    return InventoryTest(id=f"test/test_ops.py::{cls}::{method}", file="test/test_ops.py", cls=cls, method=method,
+                         template=template, device="snpu", op=op, op_dtypes=op_dtypes, fingerprint="f")
+
+
+def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps):
+    """test_dtypes fails on a backend whose dtypes differ from the OpInfo's claim, even with a kernel."""
+    ctx = RuleContext(caps)
+    assert caps.supports_op("softmax")
+    claimed_wide = _template_test("test_dtypes", "softmax", ["bfloat16", "float16", "float32", "float64"])
+    decision = classify(claimed_wide, ctx)
+    assert (decision.mode, decision.rule) == ("xfail", "dtype-claims")
+    assert "claimed but not working on snpu: float64" in decision.reason
+    assert decision.pattern == "TestCommonPRIVATEUSE1::test_dtypes_.*"
+    # the same template runs where the capability file's dtypes equal the claim
+    equal = _template_test("test_dtypes", "softmax", sorted(caps.dtypes))
+    decision = classify(equal, ctx)
+    assert (decision.mode, decision.rule) == ("run", "dtype-claims") and "equal the OpInfo's claimed dtypes" in decision.reason
+    # a _refs entry's test_dtypes is a dtype-claim test too (refs are no exception)
+    ref = _template_test("test_dtypes", "_refs.softmax", ["bfloat16", "float16", "float32", "float64"])
+    assert classify(ref, ctx).rule == "dtype-claims"
+    # an unreadable claim is not guessed at: the op rules decide
+    assert classify(_template_test("test_dtypes", "softmax", None), ctx).rule == "op-supported"
+
+
+def test_python_ref_tests_need_prims_kernels(caps):
+    ctx = RuleContext(caps)
+    assert not any(a.startswith("prims::") for a in caps.aten_ops)
+    for test in (_template_test("test_python_ref", "_refs.softmax"),
+                 _template_test("test_python_ref_executor", "softmax")):
+        decision = classify(test, ctx)
+        assert (decision.mode, decision.rule) == ("skip", "python-refs") and "prims" in decision.reason
+    # the torch-fallback variant reaches prims too
+    assert classify(_template_test("test_python_ref_torch_fallback", "_refs.softmax"), ctx).rule == "python-refs"
+    # plain templates over _refs entries (unary_ufuncs and binary_ufuncs hold refs in 2.13) run the
+    # reference's prims: no prims kernel, skip
+    plain = classify(_template_test("test_contig_vs_every_other", "_refs.softmax"), ctx)
+    assert (plain.rule, plain.mode) == ("python-refs", "skip")
+    caps.features["prims"] = True  # a backend that routes prims::* to its kernels says so
+    assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
+    del caps.features["prims"]
+    caps.aten_ops.add("prims::add")
+    assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"

@@ -107,7 +107,7 @@ def test_upgrade_replans_only_changed_and_shows_the_diff(cli, tmp_path):
     f.write_text(text)
     caps = FIX / "snpu-capabilities.yaml"
     for name, root in (("old", old_root), ("new", new_root)):
-        code, out, err = cli("select", "inventory", "--pytorch-src", root, "--out", tmp_path / f"{name}.json")
+        code, out, err = cli("select", "inventory", "--static", "--pytorch-src", root, "--out", tmp_path / f"{name}.json")
         assert code == 0, err
     plan_dir = tmp_path / "plan"
     code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", tmp_path / "old.json", "--capabilities", caps,
