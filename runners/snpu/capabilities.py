@@ -38,6 +38,8 @@ FEATURES = {
     "device_generator": False,
     "accelerator_synchronize": False,
     "snpu_synchronize": True,
+    # prims::* ops (what torch._refs calls) dispatch to snpu's kernels (runners/snpu/dispatch.py)
+    "prims": True,
 }
 
 
