@@ -142,6 +142,8 @@ def run_wrk(url: str, lua: Path, *, threads: int, connections: int, duration: in
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     server_cpu = (cpu_seconds(server_pid) - server0) if server_pid else 0.0
     dist = dict(re.findall(r"^\s+(\d+)%\s+(\S+)$", out, re.M))
+    if "99" not in dist:  # no request completed (the server hung or died): show what wrk saw
+        raise RuntimeError(f"wrk measured no latency against {url}:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)

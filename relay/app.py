@@ -97,6 +97,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     app.state.intake_writer = writer
     app.state.rejection_limiter = intake.RejectionLimiter()
     health.install_gauges(runtime)
+    app.add_middleware(intake.WebhookFastPath)  # the hot route without FastAPI's routing layers
     app.include_router(intake.router)
     app.include_router(callbacks.router)
     app.include_router(results.router)

@@ -183,6 +183,31 @@ def _reject(request: Request, code: int, reason: str, **extra: Any) -> JSONRespo
     return _answer(code, error=reason, **extra)
 
 
+WEBHOOK_PATHS = frozenset({"/webhook", "/github/webhook"})
+
+
+class WebhookFastPath:
+    """ASGI middleware: ``POST /webhook`` (and CRCR's ``/github/webhook``) go straight to ``webhook``.
+
+    The busiest route skips FastAPI's routing, exception and exit-stack layers (the
+    handler takes the raw ``Request`` and has no dependencies or response model to
+    resolve); it still runs inside Starlette's error middleware, so an unexpected
+    exception is a 500 as on any route. Everything else, and a mounted ``root_path``,
+    takes the normal route (which stays registered: OpenAPI and direct calls see it).
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in WEBHOOK_PATHS
+                and not scope.get("root_path")):
+            response = await webhook(Request(scope, receive))
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 @router.post("/webhook", summary="Receive a GitHub webhook")
 @router.post("/github/webhook", include_in_schema=False)  # CRCR's path: GitHub's webhook URL can stay
 async def webhook(request: Request) -> JSONResponse:

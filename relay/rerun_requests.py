@@ -76,6 +76,10 @@ def dispatch_due(runtime: Runtime, *, limit: int = 20) -> list[int]:
     allow = runtime.allowlist.get()
     upstream = runtime.settings.upstream_repo
     created: list[int] = []
+    due = (select(RerunRequest.id).where(RerunRequest.state == REQUESTED, RerunRequest.not_before <= now).limit(1))
+    with runtime.sessions() as s:  # nothing due (the usual case): no write lock, no write transaction
+        if s.scalar(due) is None:
+            return created
     with runtime.write_lock, runtime.sessions.begin() as s:
         rows = list(s.scalars(select(RerunRequest).where(RerunRequest.state == REQUESTED,
                                                          RerunRequest.not_before <= now)
