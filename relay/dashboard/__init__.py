@@ -6,7 +6,9 @@
 - ``/dashboard/jobs/{id}``: one job with its counts, failed tests, check run and the
   per-test results it uploaded;
 - ``/dashboard/backends/{owner}/{repo}``: a backend's recent jobs and its plan by mode
-  and reason, as its newest results upload applied it.
+  and reason, as its newest results upload applied it;
+- ``/dashboard/triage``: the triage verdicts stored on jobs, one row per (backend,
+  verdict), with the jobs carrying it, its rerun requests and the report posted.
 
 ``queries`` reads the store (paged, indexed columns only); ``pages`` renders. Every
 value shown comes from webhooks or callbacks, so all of it is escaped.

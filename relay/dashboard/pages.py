@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from html import escape
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -29,7 +30,8 @@ def _h(value: Any) -> str:
 def _page(title: str, body: str, json_href: str) -> HTMLResponse:
     return HTMLResponse(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{_h(title)}</title><style>{STYLE}</style></head>"
-        f"<body><nav><a href='/dashboard'>grid</a><a href='{_h(json_href)}'>JSON</a></nav><h1>{_h(title)}</h1>{body}"
+        f"<body><nav><a href='/dashboard'>grid</a><a href='/dashboard/triage'>triage</a>"
+        f"<a href='{_h(json_href)}'>JSON</a></nav><h1>{_h(title)}</h1>{body}"
         "</body></html>")
 
 
@@ -134,7 +136,8 @@ def job_html(request: Request, job_id: int) -> HTMLResponse:
         check_html += (f"<p data-testid='triage-verdict'>triage (advisory): <b>{_h(verdict.get('category'))}</b>, "
                        f"confidence {_h(verdict.get('confidence'))}: {_h(verdict.get('summary'))}"
                        + (f"; suspect commit <code>{_h(sus.get('commit'))}</code>" if sus.get("commit") else "")
-                       + "</p>")
+                       + f" <a data-testid='triage-link' href='{_h(_triage_href(1, queries.PAGE_ROWS, data['repo']))}'>"
+                         "all triage verdicts of this backend</a></p>")
     tests = "".join(f"<tr data-outcome='{_h(t['outcome'])}'><td><code>{_h(t['id'])}</code></td><td>{_h(t['outcome'])}</td>"
                     f"<td>{_h(t['duration_s'])}</td><td>{_h(t['plan_mode'])}: {_h(t['plan_reason'] or t['error_class'] or '')}</td></tr>"
                     for t in data["tests"])
@@ -178,3 +181,75 @@ def backend_html(request: Request, owner: str, name: str) -> HTMLResponse:
             f"<h2>recent jobs {_h(data['job_states'])}</h2><table><tr><th>job</th><th>event</th><th>PR</th><th>head</th>"
             f"<th>passed</th><th>failed</th></tr>{jobs}</table>")
     return _page(f"backend {repo}", body, f"/dashboard/backends/{repo}.json")
+
+
+def _triage_href(page: int, rows: int, backend: str | None, *, suffix: str = "") -> str:
+    params: dict[str, Any] = {"page": page, "rows": rows}
+    if backend:
+        params["backend"] = backend
+    return f"/dashboard/triage{suffix}?{urlencode(params)}"
+
+
+def _triage_data(request: Request, page: int, rows: int, backend: str | None) -> dict[str, Any]:
+    upstream = request.app.state.runtime.settings.upstream_repo
+    with _sessions(request) as s:
+        return queries.triage_page(s, page=page, rows=rows, backend=backend or None, upstream_repo=upstream)
+
+
+@router.get("/dashboard/triage.json")
+def triage_json(request: Request, page: int = Query(1, ge=1), rows: int = Query(queries.PAGE_ROWS, ge=1, le=200),
+                backend: str | None = Query(None, max_length=200)) -> JSONResponse:
+    return JSONResponse(_triage_data(request, page, rows, backend))
+
+
+def _link(href: str | None, text: str, testid: str = "") -> str:
+    attr = f" data-testid='{_h(testid)}'" if testid else ""
+    return f"<a{attr} href='{_h(href)}'>{_h(text)}</a>" if href else f"<span{attr}>{_h(text)}</span>"
+
+
+def _triage_row(row: dict[str, Any]) -> str:
+    sus = row["suspected_upstream"]
+    suspect = ""
+    if sus.get("commit"):
+        suspect += "commit " + _link(sus["commit_url"], str(sus["commit"])[:12], "suspect-commit") + " "
+    if sus.get("pr") is not None:
+        suspect += "PR " + _link(sus["pr_url"], f"#{sus['pr']}", "suspect-pr") + " "
+    if sus.get("reason"):
+        suspect += f"<br><small>{_h(sus['reason'])}</small>"
+    jobs = "<br>".join(
+        f"<a data-testid='verdict-job' href='{_h(j['href'])}'>job {_h(j['id'])}</a> {_h(j['cell'])} "
+        f"<code>{_h((j['head_sha'] or '')[:10])}</code> {_h(j['event_type'])}" for j in row["jobs"])
+    reruns = "<br>".join(
+        f"<span data-testid='rerun' data-state='{_h(r['state'])}'><code>{_h(r['sha'][:10])}</code> {_h(r['state'])}"
+        + (f" ({_h(r['error'])})" if r["error"] else "")
+        + (" " + _link(r["job_href"], f"job {r['job_id']} {r['job_cell']}") if r["job_href"] else "")
+        + "</span>" for r in row["reruns"]) or "none"
+    reports = "<br>".join(
+        f"<span data-testid='report'>{_h(p['kind'])} on " + _link(p["url"], p["target"]) + f" {_h(p['posted_at'])}</span>"
+        for p in row["reports"]) or "not posted"
+    return (f"<tr data-testid='verdict-{_h(row['key'])}' data-category='{_h(row['category'])}'>"
+            f"<td>{_link(row['backend_href'], row['backend'])}</td><td>{_h(row['category'])}</td>"
+            f"<td>{_h(row['confidence'])}</td><td>{suspect or 'none'}</td>"
+            f"<td data-testid='summary'>{_h(row['summary'])}<br><small>analysed {_h(row['analyzed_at'])}"
+            f"{', reproduced on retry' if row['reproduced_on_retry'] else ''}</small></td>"
+            f"<td>{jobs}</td><td>{reruns}</td><td>{reports}</td></tr>")
+
+
+@router.get("/dashboard/triage", response_class=HTMLResponse)
+def triage_html(request: Request, page: int = Query(1, ge=1), rows: int = Query(queries.PAGE_ROWS, ge=1, le=200),
+                backend: str | None = Query(None, max_length=200)) -> HTMLResponse:
+    data = _triage_data(request, page, rows, backend)
+    per = data["rows_per_page"]
+    pager = ""
+    if page > 1:
+        pager += f"<a href='{_h(_triage_href(page - 1, per, backend))}'>newer</a> "
+    if data["has_next"]:
+        pager += f"<a href='{_h(_triage_href(page + 1, per, backend))}'>older</a>"
+    empty = "<tr><td colspan=8 data-testid='no-verdicts'>no triage verdicts yet</td></tr>"
+    scope = (f"<p>backend {_h(backend)} only (<a href='/dashboard/triage'>all backends</a>)</p>" if backend else "")
+    body = (f"{scope}<p>advisory: what crcr's triage concluded about failing jobs, newest first</p>"
+            "<table id='triage'><thead><tr><th>backend</th><th>category</th><th>confidence</th>"
+            "<th>suspected upstream</th><th>summary</th><th>jobs</th><th>rerun requests</th><th>report</th></tr></thead>"
+            f"<tbody>{''.join(_triage_row(r) for r in data['rows']) or empty}</tbody></table><p>{pager}</p>")
+    title = "crcr: triage verdicts" + (f" for {backend}" if backend else "")
+    return _page(title, body, _triage_href(page, per, backend, suffix=".json"))

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import json
+import re
 from typing import Any
 
 from sqlalchemy import select
@@ -11,6 +13,7 @@ from sqlalchemy.orm import Session
 
 from crcr.store.deliveries import Delivery, Dispatch
 from crcr.store.jobs import COMPLETED, CheckRun, Job, ResultsUpload
+from crcr.store.triage import RerunRequest, TriagePost
 
 PAGE_ROWS = 50
 _SCAN = 4  # deliveries read per grid row asked for (a PR has several: opened, synchronize, labeled)
@@ -181,3 +184,135 @@ def pr_page(session: Session, number: int) -> dict[str, Any]:
                         "attempts": x.attempts, "last_error": x.last_error} for x in dispatches],
         "jobs": [_job_dict(session, j) for j in jobs],
     }
+
+
+# --- triage verdicts -----------------------------------------------------------------------
+
+_HEX_SHA = re.compile(r"[0-9a-f]{7,64}")
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    """SQLite hands back naive datetimes; the store writes UTC."""
+    return value.replace(tzinfo=dt.UTC) if value is not None and value.tzinfo is None else value
+
+
+def _parse_time(text: Any) -> dt.datetime | None:
+    try:
+        return _aware(dt.datetime.fromisoformat(str(text).replace("Z", "+00:00")))
+    except ValueError:
+        return None
+
+
+def _verdict_key(job: Job) -> tuple[str, str]:
+    # triage attaches one verdict to every failing trunk job it explains: same backend and
+    # same verdict body is one row, however many jobs carry it
+    return job.repo, json.dumps(job.triage_verdict, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _upstream_links(verdict: dict[str, Any], upstream_repo: str) -> dict[str, Any]:
+    sus = verdict.get("suspected_upstream") if isinstance(verdict.get("suspected_upstream"), dict) else {}
+    commit, pr = sus.get("commit"), sus.get("pr")
+    commit_ok = isinstance(commit, str) and _HEX_SHA.fullmatch(commit) is not None
+    pr_ok = isinstance(pr, int) and not isinstance(pr, bool) and pr > 0
+    return {"commit": commit, "pr": pr, "reason": sus.get("reason"),
+            # links only for values that are what they claim (a SHA, a PR number): the text is untrusted
+            "commit_url": f"https://github.com/{upstream_repo}/commit/{commit}" if commit_ok else None,
+            "pr_url": f"https://github.com/{upstream_repo}/pull/{pr}" if pr_ok else None}
+
+
+def _rerun_dict(r: RerunRequest, job: Job | None) -> dict[str, Any]:
+    return {"id": r.id, "sha": r.sha, "reason": r.reason, "state": r.state,
+            "requested_at": _iso(r.requested_at), "dispatched_at": _iso(r.dispatched_at),
+            "delivery_id": r.delivery_id, "error": r.error,
+            "job_id": job.id if job else None, "job_cell": cell_state(job, None) if job else None,
+            "job_href": f"/dashboard/jobs/{job.id}" if job else None}
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    value = _aware(value)
+    return value.isoformat() if value is not None else None
+
+
+def _post_matches(post: TriagePost, suspect: Any, shas: list[str]) -> bool:
+    """``triage.posting`` keys a post by the suspect SHA, or ``infra:<sha12>`` /
+    ``<kind>:<first bad sha12>`` when there is none: match either against the verdict."""
+    if isinstance(suspect, str) and suspect and post.suspect == suspect[:64]:
+        return True
+    _, _, short = post.suspect.partition(":")
+    return bool(short) and any(s.startswith(short) for s in shas)
+
+
+def triage_page(session: Session, *, page: int = 1, rows: int = PAGE_ROWS, backend: str | None = None,
+                upstream_repo: str = "pytorch/pytorch") -> dict[str, Any]:
+    """Triage verdicts found on jobs (newest job first), one row per (backend, verdict),
+    with the jobs carrying it, the rerun requests made for it and the reports posted.
+
+    A rerun request belongs to the backend's verdict analysed at or after it was requested
+    (the analysis it fed), the newest verdict keeping the later ones; verdicts only on
+    other pages still bound that window, so a request is listed under one verdict."""
+    page, rows = max(1, page), max(1, min(rows, 200))
+    wanted = page * rows
+    groups: dict[tuple[str, str], list[Job]] = {}
+    query = select(Job).where(Job.triage_verdict.isnot(None))
+    if backend:
+        query = query.where(Job.repo == backend)
+    offset, chunk = 0, wanted * _SCAN
+    while len(groups) < wanted + 1:
+        batch = session.scalars(query.order_by(Job.id.desc()).offset(offset).limit(chunk)).all()
+        for j in batch:
+            if isinstance(j.triage_verdict, dict) and j.triage_verdict:  # JSON null is no verdict
+                groups.setdefault(_verdict_key(j), []).append(j)
+        if len(batch) < chunk:
+            break
+        offset += chunk
+    ordered = list(groups.items())
+    chosen = ordered[(page - 1) * rows: page * rows]
+    backends = sorted({repo for (repo, _), _ in chosen})
+    reruns: dict[str, list[RerunRequest]] = {}
+    posts: dict[str, list[TriagePost]] = {}
+    windows: dict[str, list[dt.datetime]] = {}
+    for b in backends:
+        reruns[b] = list(session.scalars(select(RerunRequest).where(RerunRequest.backend == b).order_by(RerunRequest.id)))
+        posts[b] = list(session.scalars(select(TriagePost).where(TriagePost.backend == b).order_by(TriagePost.id)))
+        # every verdict time of the backend bounds the windows (not only this page's)
+        times: set[dt.datetime | None] = set()
+        for v in session.scalars(select(Job.triage_verdict).where(Job.repo == b, Job.triage_verdict.isnot(None))):
+            if isinstance(v, dict):
+                times.add(_parse_time(v.get("analyzed_at")))
+        windows[b] = sorted(t for t in times if t is not None)
+    rerun_deliveries = [r.delivery_id for rs in reruns.values() for r in rs if r.delivery_id]
+    rerun_jobs: dict[str, Job] = {}
+    if rerun_deliveries:
+        for j in session.scalars(select(Job).where(Job.delivery_id.in_(rerun_deliveries)).order_by(Job.id)):
+            rerun_jobs[j.delivery_id] = j  # the newest job of the rerun's delivery
+    out_rows = []
+    for (repo, _), jobs in chosen:
+        verdict = jobs[0].triage_verdict or {}
+        analyzed = _parse_time(verdict.get("analyzed_at"))
+        earlier = [t for t in windows.get(repo, []) if analyzed is not None and t < analyzed]
+        newest = not [t for t in windows.get(repo, []) if analyzed is not None and t > analyzed]
+        mine = []
+        for r in reruns.get(repo, []):
+            at = _aware(r.requested_at)
+            if analyzed is None or at is None:
+                continue
+            after_previous = not earlier or at > earlier[-1]
+            if after_previous and (at <= analyzed or newest):
+                mine.append(_rerun_dict(r, rerun_jobs.get(r.delivery_id or "")))
+        suspect = _upstream_links(verdict, upstream_repo)
+        shas = sorted({j.head_sha for j in jobs if j.head_sha})
+        reports = [{"kind": p.kind, "target": p.target, "posted_at": _iso(p.posted_at), "suspect": p.suspect,
+                    "url": p.url if isinstance(p.url, str) and p.url.startswith("https://") else None}
+                   for p in posts.get(repo, []) if _post_matches(p, suspect["commit"], shas)]
+        out_rows.append({
+            "key": f"{jobs[0].id}", "backend": repo, "category": verdict.get("category"),
+            "confidence": verdict.get("confidence"), "summary": verdict.get("summary"),
+            "analyzed_at": verdict.get("analyzed_at"), "reproduced_on_retry": verdict.get("reproduced_on_retry"),
+            "analyzer": verdict.get("analyzer"), "suspected_upstream": suspect,
+            "evidence": verdict.get("evidence") or [],
+            "jobs": [{"id": j.id, "head_sha": j.head_sha, "event_type": j.event_type, "cell": cell_state(j, None),
+                      "job_name": j.job_name, "href": f"/dashboard/jobs/{j.id}"} for j in jobs],
+            "reruns": mine, "reports": reports,
+            "backend_href": f"/dashboard/backends/{repo}"})
+    return {"page": page, "rows_per_page": rows, "has_next": len(ordered) > page * rows, "backend": backend,
+            "upstream_repo": upstream_repo, "rows": out_rows}
