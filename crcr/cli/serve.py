@@ -46,7 +46,7 @@ def serve(
                                        help="send dispatches from threads of this process instead of a child "
                                             "process (slower intake under load)"),
     sweeper: bool = typer.Option(True, "--sweeper/--no-sweeper",
-                                 help="re-enqueue dispatches left in flight (enable in one process only)"),
+                                 help="re-enqueue dispatches left in flight (one process per deployment is enough; more are safe: sends are claimed)"),
 ) -> None:
     import uvicorn
 
