@@ -1,7 +1,7 @@
 # The two commands a newcomer runs (see README.md):
 #   make demo    install what it needs into .venv, then run the whole loop on this machine (crcr demo)
 #   make test    install everything into .venv and run lint, import contracts and tests
-# make serve runs the relay alone on the embedded default (SQLite, in-process worker).
+# make serve runs the relay alone on the embedded default (SQLite, a supervised worker child process).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

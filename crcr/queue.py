@@ -1,7 +1,7 @@
 """The task queue (Huey): SqliteHuey in the data dir by default, RedisHuey for ``redis://``.
 
 The queue only wakes workers; the database rows are the truth (a task taken by a
-worker that is SIGKILLed is gone, see DEPENDENCY-NOTES.md). Tasks are registered by
+worker that is SIGKILLed is gone: dequeue deletes it, so only rows still pending or claimed can be recovered). Tasks are registered by
 name on whatever ``Huey`` instance a process builds, so producer and consumer agree
 on the task key without sharing a module-level instance.
 """

@@ -43,10 +43,10 @@ def _read(path: Path) -> dict:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SelectorInputError(f"cannot read test times from {path}: {exc}",
-                                 hint="pass PyTorch's test-times.json (see pytorch-stats/SOURCES.md)") from None
+                                 hint="pass PyTorch's test-times.json (see crcr/data/pytorch-stats/SOURCES.md)") from None
     if not isinstance(data, dict):
         raise SelectorInputError(f"{path} is not a JSON object of build configs",
-                                 hint="pass PyTorch's test-times.json (see pytorch-stats/SOURCES.md)")
+                                 hint="pass PyTorch's test-times.json (see crcr/data/pytorch-stats/SOURCES.md)")
     return data
 
 
