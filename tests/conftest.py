@@ -15,6 +15,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 WEBHOOKS = FIXTURES / "webhooks"
 
+# Test data trees that must never be collected by crcr's own run. importgraph/ holds a tiny
+# `torch` package: loading anything from it would put it on sys.path and shadow the real torch.
+collect_ignore = ["fixtures/importgraph"]
+
 POSTGRES_URL = os.environ.get("CRCR_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CRCR_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
