@@ -319,12 +319,19 @@ def upgrade_cmd(
     result: dict[str, Any] = {"from": old.torch_version, "to": new.torch_version, "granularity": new.granularity,
                               **diff.counts()}
     test_inv = None
+    # One set of re-evaluated tests, counted the same in every line: the tests of added or changed ops
+    # (OpInfo level with --tests), or the added and changed tests (test level).
+    re_evaluated: set[str] = set()
     if new.granularity == "opinfo" and tests is not None:
         test_inv = load_inventory(tests)
         projected = project_opinfo(diff, test_inv)
-        result["tests"] = {**projected.counts(), "re_evaluated": len(projected.changed)}
+        re_evaluated = set(projected.changed)
+        result["tests"] = {**projected.counts(), "re_evaluated": len(re_evaluated)}
     elif new.granularity != "opinfo":
-        result["re_evaluated"] = len(diff.to_reevaluate)
+        re_evaluated = set(diff.to_reevaluate)
+        result["re_evaluated"] = len(re_evaluated)
+    if getattr(new, "unevaluated", None) or getattr(old, "unevaluated", None):
+        result["unevaluated"] = sorted(set(getattr(old, "unevaluated", []) or []) | set(getattr(new, "unevaluated", []) or []))
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
     else:
@@ -333,8 +340,13 @@ def upgrade_cmd(
                    f"unchanged {diff.counts()['unchanged']}")
         if "tests" in result:
             t = result["tests"]
-            typer.echo(f"tests of {tests}: {t['changed']} re-evaluated (op added or changed), {t['removed']} removed, "
+            typer.echo(f"tests of {tests}: {t['re_evaluated']} re-evaluated (op added or changed), {t['removed']} removed, "
                        f"{t['unchanged']} unchanged")
+        elif "re_evaluated" in result:
+            typer.echo(f"tests: {result['re_evaluated']} re-evaluated (added or changed)")
+        if result.get("unevaluated"):
+            typer.echo(f"not evaluated statically ({len(result['unevaluated'])} OpInfo entries, their ops count as "
+                       f"changed): {', '.join(result['unevaluated'][:10])}" + (" ..." if len(result["unevaluated"]) > 10 else ""))
     if backend is None:
         return
     from crcr.contracts.plan import load_plan
@@ -356,7 +368,18 @@ def upgrade_cmd(
         unchanged = {t.id for t in target.tests} - set(project_opinfo(diff, test_inv).changed)
     report = run_plan(target, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=_build_agent(agent),
                       tools=tools, data_dir=_settings().data_dir, keep=(before, unchanged) if before else None)
-    typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} decisions kept", err=True)
+    classified = set(report.classified_ids)
+    again = classified & re_evaluated
+    first = classified - re_evaluated  # unchanged, but the previous plan held no bot decision for them
+    line = f"re-planned: {len(re_evaluated)} re-evaluated tests"
+    if len(again) != len(re_evaluated):
+        line += f" ({len(again)} classified again, {len(re_evaluated) - len(again)} reused from the decision cache)"
+    else:
+        line += " classified again"
+    if first:
+        line += (f"; {len(first)} unchanged tests classified for the first time "
+                 f"(no bot decision for them in {'the previous plan' if before is not None else 'any plan: none existed'})")
+    typer.echo(f"{line}; {report.reused} decisions kept", err=True)
     if before is not None:
         flips, n = diff_plans(before, load_plan(out_dir), target)
         md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")
