@@ -61,10 +61,12 @@ def _load_inventory_arg(path: Path) -> Any:
 
         return opinfo_inventory(TorchSources(path))
     if str(path) == "installed":
-        from selector.inventory.opinfo import opinfo_inventory
+        from selector.inventory.opinfo import installed_keys, opinfo_inventory
         from selector.inventory.sources import TorchSources, installed_torch_dir
 
-        return opinfo_inventory(TorchSources(installed_torch_dir()))
+        # The installed torch imports: its op_db says which entries exist; what the static evaluation
+        # misses is reported and counted as changed.
+        return opinfo_inventory(TorchSources(installed_torch_dir()), installed_keys(_settings().data_dir))
     return load_inventory(path)
 
 
@@ -330,8 +332,10 @@ def upgrade_cmd(
     elif new.granularity != "opinfo":
         re_evaluated = set(diff.to_reevaluate)
         result["re_evaluated"] = len(re_evaluated)
-    if getattr(new, "unevaluated", None) or getattr(old, "unevaluated", None):
-        result["unevaluated"] = sorted(set(getattr(old, "unevaluated", []) or []) | set(getattr(new, "unevaluated", []) or []))
+    not_static = sorted({f"{e.torch_version}: {e.missing or e.file + ': ' + e.message}"
+                         for inv in (old, new) for e in inv.errors if e.error_class == "NotEvaluated"})
+    if not_static:
+        result["unevaluated"] = not_static
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
     else:
@@ -345,8 +349,8 @@ def upgrade_cmd(
         elif "re_evaluated" in result:
             typer.echo(f"tests: {result['re_evaluated']} re-evaluated (added or changed)")
         if result.get("unevaluated"):
-            typer.echo(f"not evaluated statically ({len(result['unevaluated'])} OpInfo entries, their ops count as "
-                       f"changed): {', '.join(result['unevaluated'][:10])}" + (" ..." if len(result["unevaluated"]) > 10 else ""))
+            typer.echo(f"not evaluated statically: {len(result['unevaluated'])} (named entries count as changed): "
+                       f"{'; '.join(result['unevaluated'][:10])}" + (" ..." if len(result["unevaluated"]) > 10 else ""))
     if backend is None:
         return
     from crcr.contracts.plan import load_plan
