@@ -328,7 +328,8 @@ def upgrade_cmd(
         test_inv = load_inventory(tests)
         projected = project_opinfo(diff, test_inv)
         re_evaluated = set(projected.changed)
-        result["tests"] = {**projected.counts(), "re_evaluated": len(re_evaluated)}
+        result["tests"] = {**projected.counts(), "re_evaluated": len(re_evaluated),
+                           "re_evaluated_ids": sorted(re_evaluated)}
     elif new.granularity != "opinfo":
         re_evaluated = set(diff.to_reevaluate)
         result["re_evaluated"] = len(re_evaluated)

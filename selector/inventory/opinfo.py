@@ -136,6 +136,18 @@ def _db_statements(tree: ast.Module) -> list[tuple[str, ast.AST]]:
     return found
 
 
+def _legacy_db_lists(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """The scanner before issue 8's exact upgrade: module-level list literals named ``*op_db``."""
+    found: list[tuple[str, ast.AST]] = []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign | ast.AugAssign) else None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and target.id.endswith(_DB_SUFFIXES) and isinstance(value, ast.List):
+            found.append((target.id, value))
+    return found
+
+
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
@@ -274,7 +286,11 @@ class _Evaluator:
                     if keep:
                         nxt.append(e2)
             envs = nxt
-        ctx = [*context, normalised(node)]
+        # The loop's values are in each entry's bindings; the iterable itself is left out, so adding a
+        # variant to ('mean', 'prod') does not change the existing variants.
+        shape = [normalised(node.elt), *[normalised(g.target) + "".join(normalised(c) for c in g.ifs)
+                                         for g in node.generators]]
+        ctx = [*context, *shape]
         return [f for e in envs for f in self.expand(node.elt, e, ctx, depth + 1)]
 
     def _helper(self, call: ast.Call, env: dict[str, object], context: list[str], depth: int) -> list[_Found]:
@@ -374,11 +390,9 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
     unevaluated: list[str] = []
     for rel, tree, text in parsed:
         ev = _Evaluator(funcs, _module_constants(tree))
-        for db, value in _db_statements(tree):
+        for db, value in (_legacy_db_lists(tree) if legacy else _db_statements(tree)):
             if legacy:
-                if not isinstance(value, ast.List):
-                    continue
-                found = [_Found(e, {}, []) for e in value.elts if isinstance(e, ast.Call)]
+                found = [_Found(e, {}, []) for e in value.elts if isinstance(e, ast.Call)]  # type: ignore[attr-defined]
             else:
                 found = ev.expand(value, {}, [])
             for f in found:
