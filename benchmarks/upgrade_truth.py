@@ -54,9 +54,9 @@ class Missing:
 
 
 def _import_other(root: str) -> tuple[Any, list[str]]:
-    import torch  # noqa: F401
-    import torch._dynamo  # noqa: F401
-    import torch._inductor  # noqa: F401
+    import torch
+    import torch._dynamo
+    import torch._inductor
     import torch.testing._internal as ti
     import torch.testing._internal.common_methods_invocations  # noqa: F401  the installed deps, loaded first
 
@@ -98,9 +98,16 @@ def _source(fn: Any) -> str:
     except (OSError, TypeError):
         return f"<nosource {getattr(fn, '__qualname__', repr(fn))}>"
     try:
-        return ast.dump(ast.parse(src))
+        tree = ast.parse(src)
     except SyntaxError:  # a lambda in the middle of a call: its lines, whitespace-normalised
         return " ".join(src.split())
+    for node in ast.walk(tree):  # docstrings are not behaviour
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
 
 
 def describe(x: Any, depth: int = 0) -> Any:
@@ -127,7 +134,7 @@ def describe(x: Any, depth: int = 0) -> Any:
         return ["partial", describe(x.func, depth + 1), describe(x.args, depth + 1), describe(x.keywords, depth + 1)]
     if isinstance(x, types.FunctionType | types.MethodType):
         return ["fn", getattr(x, "__qualname__", ""), _source(x)]
-    if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or callable(x) and not hasattr(x, "__dict__"):
+    if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
     slots = [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
     if slots:  # DecorateInfo: decorators, cls_name, test_name, device_type, dtypes, active_if

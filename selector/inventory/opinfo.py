@@ -36,6 +36,7 @@ class OpInfoEntry:
     fingerprint: str
     helpers: list[str] = field(default_factory=list)
     source: str = ""
+    kw_fps: dict[str, str] = field(default_factory=dict)  # per keyword argument (a ref inherits the ones it lacks)
 
 
 def _const_str(node: ast.AST | None) -> str | None:
@@ -150,6 +151,20 @@ def _legacy_db_lists(tree: ast.Module) -> list[tuple[str, ast.AST]]:
 
 def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+
+
+def _code_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """A helper's normalised code without docstrings (a typo fixed in prod_numpy's docstring changes no test)."""
+    import copy
+
+    fn = copy.deepcopy(fn)
+    for node in ast.walk(fn):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return normalised(fn)
 
 
 def _module_constants(tree: ast.Module) -> dict[str, object]:
@@ -384,9 +399,16 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
         parsed.append((rel, tree, text))
         for name, fn in _functions(tree).items():
             funcs.setdefault(name, fn)
-    helpers = {name: normalised(fn) for name, fn in funcs.items()}
+    if not legacy:
+        for rel in sources.helper_files():
+            try:
+                for name, fn in _functions(ast.parse(sources.read(rel))).items():
+                    funcs.setdefault(name, fn)
+            except SyntaxError:
+                continue
+    helpers = {name: normalised(fn) if legacy else _code_of(fn) for name, fn in funcs.items()}
     entries: dict[str, OpInfoEntry] = {}
-    refs: dict[str, tuple[str, str]] = {}
+    refs: dict[str, tuple[str, str, set[str]]] = {}
     unevaluated: list[str] = []
     for rel, tree, text in parsed:
         ev = _Evaluator(funcs, _module_constants(tree))
@@ -407,6 +429,12 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                 used = sorted({n.id for n in ast.walk(f.call) if isinstance(n, ast.Name) and n.id in helpers})
                 fp = digest(normalised(f.call), _json(f.env), *f.context, *[helpers[h] for h in used])
                 entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used)
+                if not legacy:
+                    env_ctx = (_json(f.env), *f.context)
+                    entry.kw_fps = {
+                        kw.arg or "**": digest(normalised(kw.value), *env_ctx, *[
+                            helpers[n.id] for n in ast.walk(kw.value) if isinstance(n, ast.Name) and n.id in helpers])
+                        for kw in f.call.keywords}
                 if with_source:
                     entry.source = ast.get_source_segment(text, f.call) or ""
                 # An op_db entry beats any other list's entry of the same key; within a kind the first
@@ -418,21 +446,29 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                            if kw.arg in ("torch_opinfo_name", "torch_opinfo_variant_name")}
                     if isinstance(ref.get("torch_opinfo_name"), str):
                         variant_ref = ref.get("torch_opinfo_variant_name", "")
-                        refs[key] = (str(ref["torch_opinfo_name"]), variant_ref if isinstance(variant_ref, str) else "")
+                        refs[key] = (str(ref["torch_opinfo_name"]), variant_ref if isinstance(variant_ref, str) else "",
+                                     {kw.arg for kw in f.call.keywords if kw.arg})
         unevaluated += [f"{INTERNAL}/{rel}:{line}: {why}" for line, why in ev.unevaluated]
     if not legacy:
         _inherit_torch_opinfo(entries, refs)
     return ScanResult(entries, sorted(set(unevaluated)))
 
 
-def _inherit_torch_opinfo(entries: dict[str, OpInfoEntry], refs: dict[str, tuple[str, str]]) -> None:
-    """A PythonRefInfo copies the op_db entry it names (torch_opinfo_name / torch_opinfo_variant_name) at
-    import time, so a change to that entry is a change to the reference entry too."""
-    base = {k: e.fingerprint for k, e in entries.items()}
-    for key, (name, variant) in refs.items():
-        target = f"{name}.{variant}" if variant else name
-        if key in entries and target in base:
-            entries[key].fingerprint = digest(base[key], base[target])
+# What opinfo/refs.py's _inherit_constructor_args does not take from the op_db entry (it drops skips and
+# decorators, and sets the name, op and variants itself).
+_NOT_INHERITED = frozenset({"skips", "decorators", "name", "op", "aliases", "method_variant", "inplace_variant",
+                            "supports_scripting", "variant_test_name"})
+
+
+def _inherit_torch_opinfo(entries: dict[str, OpInfoEntry], refs: dict[str, tuple[str, str, set[str]]]) -> None:
+    """A PythonRefInfo copies the constructor arguments of the op_db entry it names (torch_opinfo_name /
+    torch_opinfo_variant_name) that it does not set itself, so a change to one of those arguments is a
+    change to the reference entry too; a change to an argument the ref overrides is not."""
+    for key, (name, variant, own) in refs.items():
+        target = entries.get(f"{name}.{variant}" if variant else name)
+        if key in entries and target is not None:
+            inherited = [f"{k}={v}" for k, v in sorted(target.kw_fps.items()) if k not in own and k not in _NOT_INHERITED]
+            entries[key].fingerprint = digest(entries[key].fingerprint, *inherited)
 
 
 def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEntry]:
