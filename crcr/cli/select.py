@@ -297,8 +297,11 @@ def plan_cmd(
     "Compare two inventories by fingerprint (added / removed / changed / unchanged) and re-plan only the "
     "added and changed tests.\n\n"
     "--from/--to take inventory JSON files, or a torch directory / .whl / 'installed' read statically at OpInfo "
-    "level, e.g. --from installed --to torch-2.14.1-...whl. With OpInfo-level inputs, --tests INVENTORY maps the "
-    "change onto a test-level inventory. With --backend, the plan is updated and its diff printed as Markdown."
+    "level, e.g. --from installed --to torch-2.14.1-...whl: entries keyed name[.variant] from op_db's own lists, "
+    "those built by comprehensions, helper functions and appends included; 'installed' also reads the imported "
+    "op_db's entry names, and what could not be evaluated statically is printed and counts as changed. With "
+    "OpInfo-level inputs, --tests INVENTORY maps the change onto a test-level inventory. With --backend, the plan "
+    "is updated and its diff printed as Markdown; every line counts the same re-evaluated tests."
 ))
 def upgrade_cmd(
     from_: Annotated[Path, typer.Option("--from", help="old inventory (JSON, torch dir, .whl or 'installed')")],
