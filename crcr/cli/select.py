@@ -61,12 +61,19 @@ def _load_inventory_arg(path: Path) -> Any:
 
         return opinfo_inventory(TorchSources(path))
     if str(path) == "installed":
+        # The installed torch imports: its op_db says which entries exist; what the static evaluation
+        # misses is reported and counted as changed.
+        from selector.errors import SelectorInputError
         from selector.inventory.opinfo import installed_keys, opinfo_inventory
         from selector.inventory.sources import TorchSources, installed_torch_dir
 
-        # The installed torch imports: its op_db says which entries exist; what the static evaluation
-        # misses is reported and counted as changed.
-        return opinfo_inventory(TorchSources(installed_torch_dir()), installed_keys(_settings().data_dir))
+        try:
+            keys = installed_keys(_settings().data_dir)
+        except SelectorInputError as exc:  # torch is installed but does not import: the static reading alone
+            typer.echo(f"warning: the installed op_db could not be read ({exc}); entries are read statically only",
+                       err=True)
+            keys = None
+        return opinfo_inventory(TorchSources(installed_torch_dir()), keys)
     return load_inventory(path)
 
 

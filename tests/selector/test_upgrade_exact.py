@@ -70,3 +70,21 @@ def test_upgrade_re_evaluates_exactly_the_tests_of_changed_entries(cli, tmp_path
     assert "added 1, removed 0, changed 3, unchanged 7" in out
     assert "4 re-evaluated (op added or changed), 0 removed, 8 unchanged" in out
     assert "not evaluated statically: 1" in out
+
+
+def test_entries_the_imported_op_db_has_but_the_scan_misses_are_reported_and_count_as_changed(tmp_path):
+    from selector.inventory.opinfo import opinfo_inventory
+    from selector.upgrade import compare
+
+    old_src, new_src = TorchSources(_torch(tmp_path, "2.13.0")), TorchSources(_torch(tmp_path, "2.14.1"))
+    # the imported 2.13.0 module also holds an entry made at import time (as the DSL entries are)
+    old = opinfo_inventory(old_src, runtime_keys=set(OPS) - {"index_reduce.amax"} | {"made_at_import"})
+    new = opinfo_inventory(new_src)
+    assert [e.missing for e in old.errors] == ["made_at_import"]
+    assert old.errors[0].error_class == "NotEvaluated"
+    assert [e.message for e in new.errors] == ["43: iterable not static: _runtime_names()"]
+    diff = compare(old, new)
+    # 2.14.1 has an expression the scan could not evaluate: made_at_import may be in it, so it is
+    # re-evaluated rather than removed
+    assert diff.removed == []
+    assert diff.changed == ["_foreach_add", "appended_op", "made_at_import", "mvlgamma.mvlgamma_p_3"]
