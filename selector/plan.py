@@ -64,6 +64,7 @@ class PlanReport:
     pattern_entries: int = 0
     reused: int = 0
     classified: int = 0
+    classified_ids: list[str] = field(default_factory=list)  # which tests ``classified`` counts
     by_source: dict[str, int] = field(default_factory=dict)
     by_mode: dict[str, int] = field(default_factory=dict)
     usage: Usage = field(default_factory=Usage)
@@ -89,6 +90,7 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
             continue
         decided[test.id] = Decided(rd.mode, rd.reason, "rules", test.fingerprint, rd.rule, rd.pattern, None, rd.evidence)
         report.classified += 1
+        report.classified_ids.append(test.id)
         if progress:
             progress(1)
     if undecided:
@@ -106,6 +108,7 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
                 continue
             decided[test.id] = Decided(a.mode, a.reason, "agent", test.fingerprint, None, None, a.confidence)
             report.classified += 1
+            report.classified_ids.append(test.id)
             if progress:
                 progress(1)
     if cache:

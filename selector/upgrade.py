@@ -34,8 +34,13 @@ def _key(test: InventoryTest, granularity: str) -> str:
 
 
 def compare(old: Inventory, new: Inventory) -> InventoryDiff:
-    """Added / removed / changed / unchanged, by id (or by op for OpInfo inventories)."""
+    """Added / removed / changed / unchanged, by id (or by op for OpInfo inventories).
+
+    When the new OpInfo inventory holds expressions whose entries could not be evaluated statically, an
+    entry it lacks may be one of those: it counts as changed (its tests are re-evaluated), not removed.
+    """
     gran = "opinfo" if old.granularity == new.granularity == "opinfo" else "test"
+    unknown_in_new = gran == "opinfo" and any(e.error_class == "NotEvaluated" and not e.missing for e in new.errors)
     a = {_key(t, gran): t.fingerprint for t in old.tests}
     b = {_key(t, gran): t.fingerprint for t in new.tests}
     diff = InventoryDiff()
@@ -43,7 +48,7 @@ def compare(old: Inventory, new: Inventory) -> InventoryDiff:
         if key not in a:
             diff.added.append(key)
         elif key not in b:
-            diff.removed.append(key)
+            (diff.changed if unknown_in_new else diff.removed).append(key)
         elif a[key] != b[key]:
             diff.changed.append(key)
         else:

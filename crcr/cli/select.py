@@ -61,10 +61,19 @@ def _load_inventory_arg(path: Path) -> Any:
 
         return opinfo_inventory(TorchSources(path))
     if str(path) == "installed":
-        from selector.inventory.opinfo import opinfo_inventory
+        # The installed torch imports: its op_db says which entries exist; what the static evaluation
+        # misses is reported and counted as changed.
+        from selector.errors import SelectorInputError
+        from selector.inventory.opinfo import installed_keys, opinfo_inventory
         from selector.inventory.sources import TorchSources, installed_torch_dir
 
-        return opinfo_inventory(TorchSources(installed_torch_dir()))
+        try:
+            keys = installed_keys(_settings().data_dir)
+        except SelectorInputError as exc:  # torch is installed but does not import: the static reading alone
+            typer.echo(f"warning: the installed op_db could not be read ({exc}); entries are read statically only",
+                       err=True)
+            keys = None
+        return opinfo_inventory(TorchSources(installed_torch_dir()), keys)
     return load_inventory(path)
 
 
@@ -295,8 +304,11 @@ def plan_cmd(
     "Compare two inventories by fingerprint (added / removed / changed / unchanged) and re-plan only the "
     "added and changed tests.\n\n"
     "--from/--to take inventory JSON files, or a torch directory / .whl / 'installed' read statically at OpInfo "
-    "level, e.g. --from installed --to torch-2.14.1-...whl. With OpInfo-level inputs, --tests INVENTORY maps the "
-    "change onto a test-level inventory. With --backend, the plan is updated and its diff printed as Markdown."
+    "level, e.g. --from installed --to torch-2.14.1-...whl: entries keyed name[.variant] from op_db's own lists, "
+    "those built by comprehensions, helper functions and appends included; 'installed' also reads the imported "
+    "op_db's entry names, and what could not be evaluated statically is printed and counts as changed. With "
+    "OpInfo-level inputs, --tests INVENTORY maps the change onto a test-level inventory. With --backend, the plan "
+    "is updated and its diff printed as Markdown; every line counts the same re-evaluated tests."
 ))
 def upgrade_cmd(
     from_: Annotated[Path, typer.Option("--from", help="old inventory (JSON, torch dir, .whl or 'installed')")],
@@ -319,12 +331,22 @@ def upgrade_cmd(
     result: dict[str, Any] = {"from": old.torch_version, "to": new.torch_version, "granularity": new.granularity,
                               **diff.counts()}
     test_inv = None
+    # One set of re-evaluated tests, counted the same in every line: the tests of added or changed ops
+    # (OpInfo level with --tests), or the added and changed tests (test level).
+    re_evaluated: set[str] = set()
     if new.granularity == "opinfo" and tests is not None:
         test_inv = load_inventory(tests)
         projected = project_opinfo(diff, test_inv)
-        result["tests"] = {**projected.counts(), "re_evaluated": len(projected.changed)}
+        re_evaluated = set(projected.changed)
+        result["tests"] = {**projected.counts(), "re_evaluated": len(re_evaluated),
+                           "re_evaluated_ids": sorted(re_evaluated)}
     elif new.granularity != "opinfo":
-        result["re_evaluated"] = len(diff.to_reevaluate)
+        re_evaluated = set(diff.to_reevaluate)
+        result["re_evaluated"] = len(re_evaluated)
+    not_static = sorted({f"{e.torch_version}: {e.missing or e.file + ': ' + e.message}"
+                         for inv in (old, new) for e in inv.errors if e.error_class == "NotEvaluated"})
+    if not_static:
+        result["unevaluated"] = not_static
     if as_json:
         typer.echo(json.dumps(result, indent=1, sort_keys=True))
     else:
@@ -333,8 +355,13 @@ def upgrade_cmd(
                    f"unchanged {diff.counts()['unchanged']}")
         if "tests" in result:
             t = result["tests"]
-            typer.echo(f"tests of {tests}: {t['changed']} re-evaluated (op added or changed), {t['removed']} removed, "
+            typer.echo(f"tests of {tests}: {t['re_evaluated']} re-evaluated (op added or changed), {t['removed']} removed, "
                        f"{t['unchanged']} unchanged")
+        elif "re_evaluated" in result:
+            typer.echo(f"tests: {result['re_evaluated']} re-evaluated (added or changed)")
+        if result.get("unevaluated"):
+            typer.echo(f"not evaluated statically: {len(result['unevaluated'])} (named entries count as changed): "
+                       f"{'; '.join(result['unevaluated'][:10])}" + (" ..." if len(result["unevaluated"]) > 10 else ""))
     if backend is None:
         return
     from crcr.contracts.plan import load_plan
@@ -356,7 +383,18 @@ def upgrade_cmd(
         unchanged = {t.id for t in target.tests} - set(project_opinfo(diff, test_inv).changed)
     report = run_plan(target, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=_build_agent(agent),
                       tools=tools, data_dir=_settings().data_dir, keep=(before, unchanged) if before else None)
-    typer.echo(f"re-planned: {report.classified} tests classified again, {report.reused} decisions kept", err=True)
+    classified = set(report.classified_ids)
+    again = classified & re_evaluated
+    first = classified - re_evaluated  # unchanged, but the previous plan held no bot decision for them
+    line = f"re-planned: {len(re_evaluated)} re-evaluated tests"
+    if len(again) != len(re_evaluated):
+        line += f" ({len(again)} classified again, {len(re_evaluated) - len(again)} reused from the decision cache)"
+    else:
+        line += " classified again"
+    if first:
+        line += (f"; {len(first)} unchanged tests classified for the first time "
+                 f"(no bot decision for them in {'the previous plan' if before is not None else 'any plan: none existed'})")
+    typer.echo(f"{line}; {report.reused} decisions kept", err=True)
     if before is not None:
         flips, n = diff_plans(before, load_plan(out_dir), target)
         md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")

@@ -36,6 +36,7 @@ class OpInfoEntry:
     fingerprint: str
     helpers: list[str] = field(default_factory=list)
     source: str = ""
+    kw_fps: dict[str, str] = field(default_factory=dict)  # per keyword argument (a ref inherits the ones it lacks)
 
 
 def _const_str(node: ast.AST | None) -> str | None:
@@ -64,31 +65,331 @@ def _entry_name(call: ast.Call) -> tuple[str | None, str]:
     return name, variant
 
 
-def _db_lists(tree: ast.Module) -> list[tuple[str, ast.List]]:
-    found: list[tuple[str, ast.List]] = []
-    for node in tree.body:
-        target: ast.AST | None = None
+def _is_db_name(name: str) -> bool:
+    # The lists op_db / python_ref_db are built from, and the foreach lists (their own kind). Lists derived
+    # from op_db at import time (nested.py's njt_op_db = [translate_opinfo(op) for op in op_db]) are not
+    # definitions and are left out.
+    return name in _OP_DB_LISTS or (name.startswith("foreach_") and name.endswith("op_db"))
+
+
+def _module_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """Module-level statements, ``if``/``else`` branches flattened (entries added under a runtime condition,
+    such as a DSL being available, are definitions too)."""
+    out: list[ast.stmt] = []
+    for node in body:
+        if isinstance(node, ast.If):
+            out += _module_statements(node.body) + _module_statements(node.orelse)
+        else:
+            out.append(node)
+    return out
+
+
+def _feeders(stmts: list[ast.stmt]) -> dict[str, str]:
+    """Dicts of lists folded into a database: ``for ops in dsl_ops_by_dsl.values(): op_db.extend(ops)``."""
+    out: dict[str, str] = {}
+    for node in stmts:
+        if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute)
+                and node.iter.func.attr == "values" and isinstance(node.iter.func.value, ast.Name)):
+            for sub in ast.walk(node):
+                if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "extend"
+                        and isinstance(sub.func.value, ast.Name) and _is_db_name(sub.func.value.id)):
+                    out[node.iter.func.value.id] = sub.func.value.id
+    return out
+
+
+def _list_owner(node: ast.AST, feeders: dict[str, str]) -> str | None:
+    """The database a ``.append``/``.extend`` receiver adds to: ``op_db``, ``D.setdefault(k, [])`` or ``D[k]``
+    of a feeder dict D."""
+    if isinstance(node, ast.Name) and _is_db_name(node.id):
+        return node.id
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setdefault"
+            and isinstance(node.func.value, ast.Name)):
+        return feeders.get(node.func.value.id)
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name):
+        return feeders.get(node.value.id)
+    return None
+
+
+def _db_statements(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """Module-level expressions that put entries into a database list, in order: ``op_db = [...]``,
+    ``op_db: list[OpInfo] = [...]``, ``op_db += [...]``, ``op_db.append(x)``, ``op_db.extend(xs)``, and
+    appends to dicts of lists later folded into op_db."""
+    stmts = _module_statements(tree.body)
+    feeders = _feeders(stmts)
+    found: list[tuple[str, ast.AST]] = []
+    for node in stmts:
+        db: str | None = None
         value: ast.AST | None = None
-        if isinstance(node, ast.Assign) and len(node.targets) == 1:
-            target, value = node.targets[0], node.value
-        elif isinstance(node, ast.AnnAssign | ast.AugAssign):
-            target, value = node.target, node.value
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            db, value = node.targets[0].id, node.value
+        elif isinstance(node, ast.AnnAssign | ast.AugAssign) and isinstance(node.target, ast.Name):
+            db, value = node.target.id, node.value
+        elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+              and isinstance(node.value.func, ast.Attribute) and node.value.func.attr in ("append", "extend")
+              and len(node.value.args) == 1):
+            db = _list_owner(node.value.func.value, feeders)
+            arg = node.value.args[0]
+            value = ast.List(elts=[arg]) if node.value.func.attr == "append" else arg
+        if db is not None and _is_db_name(db) and value is not None:
+            if isinstance(value, ast.Attribute | ast.Name | ast.Subscript):
+                continue  # op_db += opinfo.definitions.op_db: those files are scanned on their own
+            found.append((db, value))
+    return found
+
+
+def _legacy_db_lists(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+    """The scanner before issue 8's exact upgrade: module-level list literals named ``*op_db``."""
+    found: list[tuple[str, ast.AST]] = []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign | ast.AugAssign) else None)
+        value = getattr(node, "value", None)
         if isinstance(target, ast.Name) and target.id.endswith(_DB_SUFFIXES) and isinstance(value, ast.List):
             found.append((target.id, value))
     return found
 
 
-def _functions(tree: ast.Module) -> dict[str, str]:
-    """Module-level functions by name, normalised (docstrings count as code: they rarely change)."""
-    return {
-        n.name: normalised(n) for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-    }
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
-def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEntry]:
-    """Every statically visible OpInfo entry of one torch version, by key."""
+def _code_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
+    """A helper's normalised code without docstrings (a typo fixed in prod_numpy's docstring changes no test)."""
+    import copy
+
+    fn = copy.deepcopy(fn)
+    for node in ast.walk(fn):
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return normalised(fn)
+
+
+def _module_constants(tree: ast.Module) -> dict[str, object]:
+    """Module-level names bound to literals (tuples of reduction names and the like)."""
+    out: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                pass
+    return out
+
+
+_MISSING = object()
+
+
+def _value(node: ast.AST | None, env: dict[str, object]) -> object:
+    """A literal value of ``node`` under loop / parameter bindings, or ``_MISSING``."""
+    if node is None:
+        return _MISSING
+    if isinstance(node, ast.Name):
+        return env.get(node.id, _MISSING)
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            elif isinstance(v, ast.FormattedValue) and v.format_spec is None and v.conversion == -1:
+                x = _value(v.value, env)
+                if x is _MISSING:
+                    return _MISSING
+                parts.append(str(x))
+            else:
+                return _MISSING
+        return "".join(parts)
+    if isinstance(node, ast.BinOp):
+        a, b = _value(node.left, env), _value(node.right, env)
+        if a is _MISSING or b is _MISSING:
+            return _MISSING
+        try:
+            if isinstance(node.op, ast.Add):
+                return a + b  # type: ignore[operator]
+            if isinstance(node.op, ast.Mod) and isinstance(a, str):
+                return a % b
+        except (TypeError, ValueError):
+            return _MISSING
+        return _MISSING
+    if isinstance(node, ast.Tuple | ast.List):
+        items = [_value(e, env) for e in node.elts]
+        return _MISSING if any(i is _MISSING for i in items) else tuple(items)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and not node.keywords:
+        args = [_value(a, env) for a in node.args]
+        if all(isinstance(a, int) for a in args) and 1 <= len(args) <= 3:
+            return tuple(range(*args))  # type: ignore[arg-type]
+        return _MISSING
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _MISSING
+
+
+def _bind(target: ast.AST, value: object, env: dict[str, object]) -> bool:
+    if isinstance(target, ast.Name):
+        env[target.id] = value
+        return True
+    if isinstance(target, ast.Tuple | ast.List) and isinstance(value, tuple | list) and len(value) == len(target.elts):
+        return all(_bind(t, v, env) for t, v in zip(target.elts, value, strict=True))
+    return False
+
+
+@dataclass
+class _Found:
+    call: ast.Call  # the entry's constructor call
+    env: dict[str, object]  # loop variables / helper parameters it was built under
+    context: list[str]  # normalised call sites and helper bodies it was built through
+
+
+@dataclass
+class _Evaluator:
+    """Evaluates what is static in a database list: literal entries, ``*(X for v in (...))``
+    comprehensions over literal iterables, and calls to module-level helpers that return entries."""
+
+    funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    consts: dict[str, object]
+    unevaluated: list[tuple[int, str]] = field(default_factory=list)
+
+    def expand(self, node: ast.AST, env: dict[str, object], context: list[str], depth: int = 0) -> list[_Found]:
+        if depth > 8:
+            self.unevaluated.append((getattr(node, "lineno", 0), "nested too deeply"))
+            return []
+        if isinstance(node, ast.Starred):
+            if isinstance(node.value, ast.Attribute) and _is_db_name(node.value.attr):
+                return []  # *fft.op_db in opinfo/definitions/__init__.py: that file is scanned on its own
+            return self.expand(node.value, env, context, depth + 1)
+        if isinstance(node, ast.List | ast.Tuple):
+            return [f for e in node.elts for f in self.expand(e, env, context, depth + 1)]
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            return self.expand(node.left, env, context, depth + 1) + self.expand(node.right, env, context, depth + 1)
+        if isinstance(node, ast.GeneratorExp | ast.ListComp):
+            return self._comprehension(node, env, context, depth)
+        if isinstance(node, ast.Call):
+            name = _call_name(node)
+            if isinstance(node.func, ast.Name) and name in self.funcs and not name.endswith("Info"):
+                return self._helper(node, env, context, depth)
+            if isinstance(node.func, ast.Name) and name in ("list", "tuple") and len(node.args) == 1:
+                return self.expand(node.args[0], env, context, depth + 1)
+            return [_Found(node, dict(env), context)]
+        self.unevaluated.append((getattr(node, "lineno", 0), f"not static: {ast.unparse(node)[:80]}"))
+        return []
+
+    def _comprehension(self, node: ast.GeneratorExp | ast.ListComp, env: dict[str, object], context: list[str],
+                       depth: int) -> list[_Found]:
+        envs = [dict(env)]
+        for gen in node.generators:
+            nxt = []
+            for e in envs:
+                values = _value(gen.iter, {**self.consts, **e})
+                if values is _MISSING or not isinstance(values, tuple | list):
+                    self.unevaluated.append((node.lineno, f"iterable not static: {ast.unparse(gen.iter)[:80]}"))
+                    return []
+                for v in values:
+                    e2 = dict(e)
+                    if not _bind(gen.target, v, e2):
+                        self.unevaluated.append((node.lineno, "loop target not static"))
+                        return []
+                    keep = True
+                    for cond in gen.ifs:
+                        c = _value(cond, {**self.consts, **e2}) if not isinstance(cond, ast.Compare) else _compare(cond, e2)
+                        if c is _MISSING:
+                            self.unevaluated.append((node.lineno, f"condition not static: {ast.unparse(cond)[:80]}"))
+                            return []
+                        keep = keep and bool(c)
+                    if keep:
+                        nxt.append(e2)
+            envs = nxt
+        # The loop's values are in each entry's bindings; the iterable itself is left out, so adding a
+        # variant to ('mean', 'prod') does not change the existing variants.
+        shape = [normalised(node.elt), *[normalised(g.target) + "".join(normalised(c) for c in g.ifs)
+                                         for g in node.generators]]
+        ctx = [*context, *shape]
+        return [f for e in envs for f in self.expand(node.elt, e, ctx, depth + 1)]
+
+    def _helper(self, call: ast.Call, env: dict[str, object], context: list[str], depth: int) -> list[_Found]:
+        fn = self.funcs[_call_name(call)]
+        params = [a.arg for a in fn.args.posonlyargs + fn.args.args]
+        inner: dict[str, object] = {}
+        defaults = fn.args.defaults
+        for p, d in zip(params[len(params) - len(defaults):], defaults, strict=True):
+            inner[p] = _value(d, {})
+        for p, a in zip(params, call.args, strict=False):
+            inner[p] = _value(a, env)
+        for kw in call.keywords:
+            if kw.arg:
+                inner[kw.arg] = _value(kw.value, env)
+        inner = {k: v for k, v in inner.items() if v is not _MISSING}
+        returns = [n for n in ast.walk(fn) if isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) and n.value]
+        if len(returns) != 1:
+            self.unevaluated.append((call.lineno, f"helper {fn.name} does not return one expression"))
+            return []
+        ctx = [*context, normalised(call), normalised(fn)]
+        return self.expand(returns[0].value, inner, ctx, depth + 1)  # type: ignore[arg-type]
+
+
+def _compare(node: ast.Compare, env: dict[str, object]) -> object:
+    left = _value(node.left, env)
+    if left is _MISSING or len(node.ops) != 1:
+        return _MISSING
+    right = _value(node.comparators[0], env)
+    if right is _MISSING:
+        return _MISSING
+    op = node.ops[0]
+    try:
+        if isinstance(op, ast.In):
+            return left in right  # type: ignore[operator]
+        if isinstance(op, ast.NotIn):
+            return left not in right  # type: ignore[operator]
+        if isinstance(op, ast.Eq):
+            return left == right
+        if isinstance(op, ast.NotEq):
+            return left != right
+    except TypeError:
+        return _MISSING
+    return _MISSING
+
+
+def _found_name(found: _Found) -> tuple[str | None, str]:
+    call = found.call
+    name = _value(call.args[0], found.env) if call.args else _MISSING
+    variant: object = ""
+    inherited: object = ""
+    for kw in call.keywords:
+        if kw.arg == "name" and name is _MISSING:
+            name = _value(kw.value, found.env)
+        elif kw.arg == "variant_test_name":
+            variant = _value(kw.value, found.env)
+        elif kw.arg == "torch_opinfo_variant_name":
+            inherited = _value(kw.value, found.env)
+    if variant == "" and inherited:
+        variant = inherited  # a PythonRefInfo takes the variant of the op_db entry it refers to
+    if not isinstance(name, str) or not isinstance(variant, str):
+        return None, ""
+    return name, variant
+
+
+def _json(env: dict[str, object]) -> str:
+    import json
+
+    return json.dumps({k: repr(v) for k, v in sorted(env.items())}, sort_keys=True)
+
+
+@dataclass
+class ScanResult:
+    entries: dict[str, OpInfoEntry]
+    unevaluated: list[str]  # "file:line: why", entries whose name or existence is not static
+
+
+def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = False) -> ScanResult:
+    """Every statically evaluable OpInfo entry of one torch version, by key, and what was not evaluable.
+
+    ``legacy`` keeps the scanner as it was before issue 8's exact upgrade (literal list elements only,
+    no helpers, comprehensions or appends), for the benchmark's before/after figure.
+    """
     parsed: list[tuple[str, ast.Module, str]] = []
-    helpers: dict[str, str] = {}
+    funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for rel in sources.opinfo_files():
         text = sources.read(rel)
         try:
@@ -96,50 +397,125 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
         except SyntaxError:
             continue
         parsed.append((rel, tree, text))
-        for name, body in _functions(tree).items():
-            helpers.setdefault(name, body)
+        for name, fn in _functions(tree).items():
+            funcs.setdefault(name, fn)
+    if not legacy:
+        for rel in sources.helper_files():
+            try:
+                for name, fn in _functions(ast.parse(sources.read(rel))).items():
+                    funcs.setdefault(name, fn)
+            except SyntaxError:
+                continue
+    helpers = {name: normalised(fn) if legacy else _code_of(fn) for name, fn in funcs.items()}
     entries: dict[str, OpInfoEntry] = {}
+    refs: dict[str, tuple[str, str, set[str]]] = {}
+    unevaluated: list[str] = []
     for rel, tree, text in parsed:
-        for db, lst in _db_lists(tree):
-            for elt in lst.elts:
-                if not isinstance(elt, ast.Call):
-                    continue
-                name, variant = _entry_name(elt)
+        ev = _Evaluator(funcs, _module_constants(tree))
+        for db, value in (_legacy_db_lists(tree) if legacy else _db_statements(tree)):
+            if legacy:
+                found = [_Found(e, {}, []) for e in value.elts if isinstance(e, ast.Call)]  # type: ignore[attr-defined]
+            else:
+                found = ev.expand(value, {}, [])
+            for f in found:
+                name, variant = _found_name(f)
                 if not name:
+                    if not legacy:
+                        unevaluated.append(f"{INTERNAL}/{rel}:{f.call.lineno}: entry name not static")
                     continue
                 if db not in _OP_DB_LISTS and db.startswith("foreach_") and not name.startswith("_foreach_"):
                     name = f"_foreach_{name}"  # as ForeachFuncInfo names itself
                 key = f"{name}.{variant}" if variant else name
-                used = sorted({n.id for n in ast.walk(elt) if isinstance(n, ast.Name) and n.id in helpers})
-                fp = digest(normalised(elt), *[helpers[h] for h in used])
-                entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", elt.lineno, fp, used)
+                used = sorted({n.id for n in ast.walk(f.call) if isinstance(n, ast.Name) and n.id in helpers})
+                fp = digest(normalised(f.call), _json(f.env), *f.context, *[helpers[h] for h in used])
+                entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used)
+                if not legacy:
+                    env_ctx = (_json(f.env), *f.context)
+                    entry.kw_fps = {
+                        kw.arg or "**": digest(normalised(kw.value), *env_ctx, *[
+                            helpers[n.id] for n in ast.walk(kw.value) if isinstance(n, ast.Name) and n.id in helpers])
+                        for kw in f.call.keywords}
                 if with_source:
-                    entry.source = ast.get_source_segment(text, elt) or ""
+                    entry.source = ast.get_source_segment(text, f.call) or ""
                 # An op_db entry beats any other list's entry of the same key; within a kind the first
                 # definition wins, as in op_db's own order (later duplicates are rare).
                 held = entries.get(key)
                 if held is None or (db in _OP_DB_LISTS and held.db not in _OP_DB_LISTS):
                     entries[key] = entry
-    return entries
+                    ref = {kw.arg: _value(kw.value, f.env) for kw in f.call.keywords
+                           if kw.arg in ("torch_opinfo_name", "torch_opinfo_variant_name")}
+                    if isinstance(ref.get("torch_opinfo_name"), str):
+                        variant_ref = ref.get("torch_opinfo_variant_name", "")
+                        refs[key] = (str(ref["torch_opinfo_name"]), variant_ref if isinstance(variant_ref, str) else "",
+                                     {kw.arg for kw in f.call.keywords if kw.arg})
+        unevaluated += [f"{INTERNAL}/{rel}:{line}: {why}" for line, why in ev.unevaluated]
+    if not legacy:
+        _inherit_torch_opinfo(entries, refs)
+    return ScanResult(entries, sorted(set(unevaluated)))
 
 
-def opinfo_inventory(sources: TorchSources) -> Inventory:
-    """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry."""
+# What opinfo/refs.py's _inherit_constructor_args does not take from the op_db entry (it drops skips and
+# decorators, and sets the name, op and variants itself).
+_NOT_INHERITED = frozenset({"skips", "decorators", "name", "op", "aliases", "method_variant", "inplace_variant",
+                            "supports_scripting", "variant_test_name"})
+
+
+def _inherit_torch_opinfo(entries: dict[str, OpInfoEntry], refs: dict[str, tuple[str, str, set[str]]]) -> None:
+    """A PythonRefInfo copies the constructor arguments of the op_db entry it names (torch_opinfo_name /
+    torch_opinfo_variant_name) that it does not set itself, so a change to one of those arguments is a
+    change to the reference entry too; a change to an argument the ref overrides is not."""
+    for key, (name, variant, own) in refs.items():
+        target = entries.get(f"{name}.{variant}" if variant else name)
+        if key in entries and target is not None:
+            inherited = [f"{k}={v}" for k, v in sorted(target.kw_fps.items()) if k not in own and k not in _NOT_INHERITED]
+            entries[key].fingerprint = digest(entries[key].fingerprint, *inherited)
+
+
+def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEntry]:
+    """Every statically evaluable OpInfo entry of one torch version, by key."""
+    return scan_all(sources, with_source).entries
+
+
+def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None) -> Inventory:
+    """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry.
+
+    ``runtime_keys``: the keys the imported module's databases hold (for the installed torch). An entry
+    the module holds but the static evaluation did not see gets a "not evaluated" fingerprint of its
+    version (so it always counts as changed) and an error record; so does every database expression
+    whose entries could not be evaluated statically. Nothing is dropped silently.
+    """
+    from crcr.contracts.inventory import InventoryError
+
+    result = scan_all(sources)
     tests = [
-        InventoryTest(
-            id=f"{e.file}::{e.db}::{e.key}",
-            file=e.file,
-            cls=e.db,
-            method=e.key,
-            op=e.key,
-            fingerprint=e.fingerprint,
-            opinfo_fingerprint=e.fingerprint,
-        )
-        for e in scan(sources).values()
+        InventoryTest(id=f"{e.file}::{e.db}::{e.key}", file=e.file, cls=e.db, method=e.key, op=e.key,
+                      fingerprint=e.fingerprint, opinfo_fingerprint=e.fingerprint)
+        for e in result.entries.values()
     ]
-    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, tests=tests)
+    errors = [InventoryError(file=u.split(":", 1)[0], error_class="NotEvaluated", torch_version=sources.version,
+                             message=u.split(":", 1)[1].strip()[:300]) for u in result.unevaluated]
+    for key in sorted((runtime_keys or set()) - set(result.entries)):
+        fp = digest("not evaluated statically", sources.version or "")
+        file = f"{INTERNAL}/common_methods_invocations.py"
+        tests.append(InventoryTest(id=f"{file}::runtime::{key}", file=file, cls="runtime", method=key, op=key,
+                                   fingerprint=fp, opinfo_fingerprint=fp))
+        errors.append(InventoryError(file=file, error_class="NotEvaluated", missing=key, torch_version=sources.version,
+                                     message=f"{key}: in the imported op_db, not found statically"))
+    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, tests=tests, errors=errors)
     inv.tests.sort(key=lambda t: t.id)
     return inv
+
+
+def installed_keys(data_dir: Path) -> set[str]:
+    """Keys of the installed torch's op_db, python_ref_db and foreach databases, read from the imported module."""
+    from selector.inventory.opdb import load_opdb
+
+    lists = load_opdb(data_dir)["lists"]
+    keys: set[str] = set(lists.get("op_db", [])) | set(lists.get("python_ref_db", []))
+    for name, members in lists.items():
+        if name.startswith("foreach_") and name.endswith("op_db"):
+            keys |= {m if m.startswith("_foreach_") else f"_foreach_{m}" for m in members}
+    return keys
 
 
 def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
@@ -153,7 +529,7 @@ def cached_fingerprints(sources: TorchSources, data_dir: Path) -> dict[str, str]
 
     from crcr.fileio import atomic_write_text
 
-    cache = data_dir / "selector" / f"opinfo-fps-{sources.version or 'unknown'}.json"
+    cache = data_dir / "selector" / f"opinfo-fps-v2-{sources.version or 'unknown'}.json"
     if cache.is_file():
         try:
             return dict(json.loads(cache.read_text(encoding="utf-8")))

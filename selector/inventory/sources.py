@@ -65,6 +65,14 @@ class TorchSources:
         return [f for f in OPINFO_FILES if f"{INTERNAL}/{f}" in self._names] + defs
 
 
+    def helper_files(self) -> list[str]:
+        """Files whose module-level functions OpInfo entries name (``prod_numpy`` is in opinfo/utils.py), after
+        the database files: they are read for functions only."""
+        prefix = f"{INTERNAL}/opinfo/"
+        db = set(self.opinfo_files())
+        return sorted(n[len(INTERNAL) + 1:] for n in self._names if n.startswith(prefix) and n[len(INTERNAL) + 1:] not in db)
+
+
 def _version_from_dir(torch_dir: Path) -> str | None:
     version_file = torch_dir / "version.py"
     if version_file.is_file():

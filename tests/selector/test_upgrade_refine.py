@@ -126,7 +126,44 @@ def test_upgrade_replans_only_changed_and_shows_the_diff(cli, tmp_path):
                          "-b", "snpu", "--capabilities", caps, "--out", plan_dir, "--pytorch-src", new_root)
     assert code == 0, err
     assert "added 1, removed 1, changed 1" in out
-    assert "re-planned: 2 tests classified again" in err
+    assert "tests: 2 re-evaluated (added or changed)" in out
+    assert "re-planned: 2 re-evaluated tests classified again; " in err
+    assert "for the first time" not in err  # every unchanged test kept the plan's decision
     assert "test_injection_snpu" in out and "skip → **run**" in out  # the plan diff, as Markdown
     assert "test_new_thing" in out
     assert "  # keep\n  - id: TestFixtureDevicePRIVATEUSE1::test_add_plain_snpu\n    mode: skip\n" in ops_yaml.read_text()
+
+
+def test_upgrade_counts_one_set_of_re_evaluated_tests(cli, tmp_path):
+    """Unchanged tests the previous plan never decided are named apart, not added to "re-evaluated"."""
+    import shutil
+
+    from .conftest import UPSTREAM
+
+    old_root, new_root = tmp_path / "old", tmp_path / "new"
+    shutil.copytree(UPSTREAM, old_root)
+    shutil.copytree(UPSTREAM, new_root)
+    f = new_root / "test" / "test_fixture_ops.py"
+    f.write_text(f.read_text().replace("x.cholesky_inverse()\n", "torch.add(x, x)\n"))
+    caps = FIX / "snpu-capabilities.yaml"
+    for name, root in (("old", old_root), ("new", new_root)):
+        code, out, err = cli("select", "inventory", "--static", "--pytorch-src", root, "--out", tmp_path / f"{name}.json")
+        assert code == 0, err
+    plan_dir = tmp_path / "plan"
+    code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", tmp_path / "old.json", "--capabilities", caps,
+                         "--out", plan_dir, "--pytorch-src", old_root)
+    assert code == 0, err
+    plain_yaml = plan_dir / "test_fixture_plain.yaml"
+    assert plain_yaml.is_file()
+    plain_yaml.unlink()  # the previous plan holds no decision for this file's (unchanged) tests
+    for cached in (tmp_path / "data" / "selector").glob("plan-*.json"):
+        cached.unlink()
+    from crcr.contracts.inventory import load_inventory
+
+    n_plain = sum(1 for t in load_inventory(tmp_path / "new.json").tests if t.file == "test/test_fixture_plain.py")
+    code, out, err = cli("select", "upgrade", "--from", tmp_path / "old.json", "--to", tmp_path / "new.json",
+                         "-b", "snpu", "--capabilities", caps, "--out", plan_dir, "--pytorch-src", new_root)
+    assert code == 0, err
+    assert "changed 1," in out and "tests: 1 re-evaluated (added or changed)" in out
+    assert (f"re-planned: 1 re-evaluated tests classified again; {n_plain} unchanged tests classified for the first "
+            "time (no bot decision for them in the previous plan)") in err

@@ -1,0 +1,177 @@
+"""Ground truth for benchmarks/upgrade_exactness.py: one torch version's OpInfo entries as they are at runtime.
+
+    python benchmarks/upgrade_truth.py [TORCH_ROOT]   # prints {key: {attribute: digest}} as JSON
+
+Runs in a throwaway child process. Without TORCH_ROOT it imports the installed torch's
+``common_methods_invocations``. With TORCH_ROOT (a directory holding a wheel's extracted ``torch/testing/_internal``),
+it imports that version's ``torch.testing._internal`` on top of the installed torch (importing the
+2.14.1 wheel whole is impossible here: it is a CUDA build needing libcuda, cuDNN, cuBLAS, NCCL ...): names the installed torch
+lacks are replaced by named placeholders and listed on stderr, so the entries still build.
+
+Each entry (op_db, python_ref_db and the foreach lists, keyed name[.variant_test_name] as op_db keys
+them; foreach entries as _foreach_<name>) is fingerprinted from what it is: every attribute of the
+object, functions by their normalised source, DecorateInfo by its decorators, class, test,
+device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import importlib
+import inspect
+import json
+import re
+import sys
+import textwrap
+import types
+from typing import Any
+
+
+class Missing:
+    """Stands for a name the installed torch lacks (only when importing another version's sources)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return f"<missing {self._name}>"
+
+    def __call__(self, *a: Any, **k: Any) -> Missing:
+        return Missing(self._name + "()")
+
+    def __getattr__(self, n: str) -> Missing:
+        if n.startswith("__"):
+            raise AttributeError(n)
+        return Missing(f"{self._name}.{n}")
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+    def __eq__(self, o: object) -> bool:
+        return isinstance(o, Missing) and o._name == self._name
+
+
+def _import_other(root: str) -> tuple[Any, list[str]]:
+    import torch
+    import torch._dynamo
+    import torch._inductor
+    import torch.testing._internal as ti
+    import torch.testing._internal.common_methods_invocations  # noqa: F401  the installed deps, loaded first
+
+    patched: list[str] = []
+    attr = re.compile(r"module '([\w.]+)' has no attribute '(\w+)'")
+    name_from = re.compile(r"cannot import name '(\w+)' from '([\w.]+)'")
+    ti.__path__[:] = [f"{root}/torch/testing/_internal"]
+    for _ in range(200):
+        for m in [m for m in list(sys.modules) if m.startswith("torch.testing._internal.")]:
+            del sys.modules[m]
+        try:
+            import torch.testing._internal.common_dtype as cd
+
+            orig = cd._validate_dtypes
+            cd._validate_dtypes = lambda *ds, _o=orig: _o(*[d for d in ds if not isinstance(d, Missing)]) + tuple(
+                d for d in ds if isinstance(d, Missing))
+            import torch.testing._internal.common_methods_invocations as cmi
+
+            return cmi, patched
+        except (AttributeError, ImportError) as exc:
+            m, m2 = attr.search(str(exc)), name_from.search(str(exc))
+            if m:
+                mod, name = m.group(1), m.group(2)
+            elif m2:
+                name, mod = m2.group(1), m2.group(2)
+            else:
+                raise
+            setattr(importlib.import_module(mod), name, Missing(f"{mod}.{name}"))
+            patched.append(f"{mod}.{name}")
+    raise RuntimeError("too many missing names")
+
+
+_ADDR = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _source(fn: Any) -> str:
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError):
+        return f"<nosource {getattr(fn, '__qualname__', repr(fn))}>"
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:  # a lambda in the middle of a call: its lines, whitespace-normalised
+        return " ".join(src.split())
+    for node in ast.walk(tree):  # docstrings are not behaviour
+        body = getattr(node, "body", None)
+        if (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
+def describe(x: Any, depth: int = 0) -> Any:
+    import torch
+    from torch.testing._internal.opinfo.core import OpInfo
+
+    if depth > 6:
+        return "<deep>"
+    if x is None or isinstance(x, bool | int | float | str):
+        return x
+    if isinstance(x, torch.dtype):
+        return str(x)
+    if isinstance(x, Missing):
+        return repr(x)
+    if isinstance(x, OpInfo):
+        return f"<OpInfo {x.name}.{x.variant_test_name}>"  # a reference to another entry, by key
+    if isinstance(x, set | frozenset):
+        return sorted(str(describe(v, depth + 1)) for v in x)
+    if isinstance(x, list | tuple):
+        return [type(x).__name__, *[describe(v, depth + 1) for v in x]]
+    if isinstance(x, dict):
+        return {str(describe(k, depth + 1)): describe(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, functools.partial):
+        return ["partial", describe(x.func, depth + 1), describe(x.args, depth + 1), describe(x.keywords, depth + 1)]
+    if isinstance(x, types.FunctionType | types.MethodType):
+        return ["fn", getattr(x, "__qualname__", ""), _source(x)]
+    if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
+        return _ADDR.sub("", repr(x))
+    slots = [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
+    if slots:  # DecorateInfo: decorators, cls_name, test_name, device_type, dtypes, active_if
+        return [type(x).__name__, {n: describe(getattr(x, n, None), depth + 1) for n in sorted(set(slots))}]
+    if hasattr(x, "__dict__"):
+        return [type(x).__name__, {k: describe(v, depth + 1) for k, v in sorted(vars(x).items())}]
+    return _ADDR.sub("", repr(x))
+
+
+def dump(root: str | None) -> dict[str, Any]:
+    if root:
+        cmi, patched = _import_other(root)
+    else:
+        import torch.testing._internal.common_methods_invocations as cmi
+
+        patched = []
+    lists = {"op_db": cmi.op_db, "python_ref_db": cmi.python_ref_db}
+    lists.update({n: getattr(cmi, n) for n in dir(cmi) if n.startswith("foreach_") and n.endswith("op_db")})
+    out: dict[str, dict[str, str]] = {}
+    for list_name in sorted(lists):
+        for op in lists[list_name]:
+            key = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+            if key in out:
+                continue
+            # per attribute, so attributes one version's OpInfo class lacks (2.14.1 added XPU dtype fields to
+            # every entry) can be left out of the comparison
+            attrs = {"__class__": type(op).__name__}
+            # _original_*_args are copies of the constructor's arguments, all fields included (so every
+            # entry of a version whose OpInfo class gained a field differs there); what they set is compared
+            # in the attributes themselves
+            attrs.update({k: describe(v) for k, v in sorted(vars(op).items()) if not k.startswith("_original_")})
+            out[key] = {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
+                        for k, v in attrs.items()}
+    return {"entries": out, "patched": sorted(set(patched))}
+
+
+if __name__ == "__main__":
+    data = dump(sys.argv[1] if len(sys.argv) > 1 else None)
+    print(f"placeholders for names the installed torch lacks: {data['patched']}", file=sys.stderr)
+    json.dump(data, sys.stdout, sort_keys=True)
