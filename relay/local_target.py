@@ -20,8 +20,12 @@ from typing import Any
 # a locale, a temp dir and this installation's Python; never the App key, the webhook
 # secret, the database URL or any other CRCR_* setting (it gets CRCR_DATA_DIR from the
 # caller, explicitly).
+# A local downstream also needs to call back: the relay's public URL (not a secret) and, where
+# the relay runs with a job identity (a CI job, or `crcr demo`'s local issuer), the OIDC token
+# request variables GitHub Actions gives a job, so `crcr report` can authenticate as that job.
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TEMP", "TMP", "PYTHONPATH",
-              "VIRTUAL_ENV", "SYSTEMROOT", "USER", "LOGNAME")
+              "VIRTUAL_ENV", "SYSTEMROOT", "USER", "LOGNAME",
+              "CRCR_PUBLIC_URL", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN")
 
 
 def local_env(extra: dict[str, str] | None = None) -> dict[str, str]:

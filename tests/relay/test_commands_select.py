@@ -37,7 +37,8 @@ def plan(tmp_path_factory):
     """An inventory and snpu plan of the selector's fixture upstream tree, built with the CLI."""
     tmp = tmp_path_factory.mktemp("plan")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CRCR_DATA_DIR": str(tmp / "data")}
-    crcr("select", "inventory", "--pytorch-src", SEL / "upstream", "--out", tmp / "inv.json", cwd=tmp, env=env)
+    crcr("select", "inventory", "--pytorch-src", SEL / "upstream", "--static", "--out", tmp / "inv.json", cwd=tmp,
+         env=env)  # the fixture tree is test data: parsed, never collected
     crcr("select", "plan", "--inventory", tmp / "inv.json", "--capabilities", SEL / "snpu-capabilities.yaml",
          "--disabled", SEL / "disabled-tests.json", "--out", tmp / "plan", "--backend", "snpu", cwd=tmp, env=env)
     return tmp

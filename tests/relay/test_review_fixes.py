@@ -190,6 +190,20 @@ def test_a_local_command_gets_no_relay_secrets(tmp_path, monkeypatch):
     assert env["CRCR_DATA_DIR"] == str(tmp_path) and "PATH" in env
 
 
+def test_a_local_command_gets_what_it_needs_to_call_back(tmp_path, monkeypatch):
+    """The embedded default's downstream reports over HTTP: it needs the relay's URL and its job identity."""
+    passed = {"CRCR_PUBLIC_URL": "http://127.0.0.1:9", "ACTIONS_ID_TOKEN_REQUEST_URL": "http://127.0.0.1:9/token?x=1",
+              "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "job-token"}
+    for k, v in passed.items():
+        monkeypatch.setenv(k, v)
+    out = tmp_path / "env.json"
+    code = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    result = run_local([sys.executable, "-c", code], {"x": 1}, timeout_s=30, env={})
+    assert result.exit_code == 0, result.stderr_tail
+    env = json.loads(out.read_text())
+    assert {k: env.get(k) for k in passed} == passed
+
+
 # -- one owner for check runs, ordinary imports ------------------------------------------------------
 def test_intake_reaches_checks_by_an_ordinary_import_and_checks_own_every_push():
     import relay.intake
