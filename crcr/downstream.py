@@ -199,7 +199,7 @@ def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None]
 
     pick_path = work / "pick.json"
     pick_args = ["select", "pick", "--diff", str(diff_path), "--inventory", str(inventory), "--backend", p.backend,
-                 "--plan", str(p.plan), "--out", str(pick_path)]
+                 "--plan", str(p.plan), "--out", str(pick_path), "--pointed-only"]
     if commits.pr_number is not None:
         pick_args += ["--pr", str(commits.pr_number)]
     if p.budget_s is not None:

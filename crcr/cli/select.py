@@ -585,6 +585,9 @@ def pick_cmd(
     history: Annotated[list[Path] | None, typer.Option(help="stored results JSON: failure history and own durations (repeatable)")] = None,
     unplanned: Annotated[bool, typer.Option("--unplanned", help="also pick files the plan has no file for")] = False,
     trial: Annotated[list[str] | None, typer.Option(help="run this signal in trial mode: scored, not counted (repeatable)")] = None,
+    pointed_only: Annotated[bool, typer.Option(
+        "--pointed-only", help="inside a picked file, run only the tests the test-level signals point at "
+                               "(a file with none still runs whole): op-level precision for short runs")] = False,
 ) -> None:
     from crcr.contracts.inventory import load_inventory
     from crcr.contracts.pick import Pick, PickedTest
@@ -657,7 +660,10 @@ def pick_cmd(
             if t.id.split("::", 1)[0] in picked_files:
                 tests.append(t)
                 seen.add(t.id)
+        pointed_files = {i.split("::", 1)[0] for i in seen}
         for f in fp.files:
+            if pointed_only and f.file in pointed_files:
+                continue  # the signals named this file's tests: run those, not the whole file
             rest = [i for i in f.tests if i not in seen]
             for i in rest:
                 tests.append(PickedTest(id=i, score=f.score, reason=f.reason,
