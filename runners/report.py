@@ -215,17 +215,36 @@ def report(reporter: Reporter, identity: JobIdentity, results: RunResults | None
     """Run the phases: ``start`` (in_progress), ``finish`` (upload + completed) or ``all``."""
     answers = []
     started_at = (results.run.started_at if results is not None else None) or _now()
-    if phase in ("start", "all"):
+    # self-scheduled runs (CRCR's nightly/periodic mode) report only `completed`, and the relay
+    # knows their job from that callback on: no in_progress, and the upload comes after it
+    scheduled = identity.event_type in SELF_SCHEDULED
+    if phase in ("start", "all") and not scheduled:
         answers.append(reporter.callback(callback_body(identity, "in_progress", started_at=started_at)))
         log(f"callback in_progress: {answers[-1].get('status', 'ok')}")
     if phase in ("finish", "all"):
         if results is None:
             raise InputError("--results FILE is needed to report a completed job")
-        answers.append(reporter.upload(results, identity))
-        log(f"results upload: {answers[-1].get('status', 'ok')} ({len(results.tests)} tests)")
-        answers.append(reporter.callback(callback_body(identity, "completed", results, started_at)))
-        log(f"callback completed: {answers[-1].get('status', 'ok')}")
+        steps = [_upload, _completed] if not scheduled else [_completed, _upload]
+        for step in steps:
+            answers.append(step(reporter, identity, results, started_at, log))
     return answers
+
+
+SELF_SCHEDULED = ("nightly", "periodic")
+
+
+def _upload(reporter: Reporter, identity: JobIdentity, results: RunResults, started_at: Any,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    answer = reporter.upload(results, identity)
+    log(f"results upload: {answer.get('status', 'ok')} ({len(results.tests)} tests)")
+    return answer
+
+
+def _completed(reporter: Reporter, identity: JobIdentity, results: RunResults, started_at: Any,
+               log: Callable[[str], None]) -> dict[str, Any]:
+    answer = reporter.callback(callback_body(identity, "completed", results, started_at))
+    log(f"callback completed: {answer.get('status', 'ok')}")
+    return answer
 
 
 def environment() -> dict[str, str]:

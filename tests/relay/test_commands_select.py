@@ -56,7 +56,7 @@ def test_select_answers_with_the_pick_and_its_reasons(tmp_path, plan):
         (reply,) = h.replies()
         body = reply["body"]
         assert "**org/l4** (snpu):" in body and "picked " in body
-        assert "test/test_fixture_ops.py::" in body and "[edited-file]" in body
+        assert "test/test_fixture_ops.py" in body and "[edited-test]" in body  # the file-level pick names the edited file
         assert gh.reactions_on(UPSTREAM, c["comment"]["id"]) == ["eyes", "rocket"]
         # the diff was read from GitHub with the diff media type
         assert any("diff" in r.headers.get("accept", "") for r in gh.calls("GET", r"/pulls/7$"))
