@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -125,18 +126,45 @@ class _Steps:
         self.log = work / "pipeline.log"
 
     def run(self, name: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> int:
-        started = time.monotonic()
-        with self.log.open("a", encoding="utf-8") as out:
-            out.write(f"\n$ crcr {' '.join(argv[3:])}\n")
-            out.flush()
-            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, check=False).returncode
-        self.timings[name] = round(self.timings.get(name, 0.0) + time.monotonic() - started, 3)
-        self.say(f"{name}: exit {code} ({self.timings[name]:.1f}s)")
-        if code not in ok:
-            tail = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-            raise ExternalError(f"step {name} exited with {code}: {' | '.join(tail)[:500]}",
-                                hint=f"the full output is in {self.log}")
-        return code
+        return self.start(name, argv, ok)()
+
+    def start(self, name: str, argv: list[str], ok: tuple[int, ...] = (0,)) -> Callable[[], int]:
+        """Start a step in a thread; the returned call waits for it. Its output goes to its
+        own log until then (overlapping steps never interleave in the pipeline log) and its
+        time is its own, not the wait's."""
+        part = self.work / f"step-{name}.log"
+        done: dict[str, Any] = {}
+
+        def step() -> None:
+            started = time.monotonic()
+            try:
+                with part.open("w", encoding="utf-8") as out:
+                    done["code"] = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env,
+                                                  check=False).returncode
+            except OSError as exc:
+                done["error"] = exc
+            done["s"] = time.monotonic() - started
+
+        thread = threading.Thread(target=step, name=f"crcr-step-{name}", daemon=True)
+        thread.start()
+
+        def wait() -> int:
+            thread.join()
+            if "error" in done:
+                raise ExternalError(f"step {name} could not start: {done['error']}")
+            code = done["code"]
+            with self.log.open("a", encoding="utf-8") as log:
+                log.write(f"\n$ crcr {' '.join(argv[3:])}\n" + part.read_text(encoding="utf-8", errors="replace"))
+            part.unlink(missing_ok=True)
+            self.timings[name] = round(self.timings.get(name, 0.0) + done["s"], 3)
+            self.say(f"{name}: exit {code} ({self.timings[name]:.1f}s)")
+            if code not in ok:
+                tail = self.log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+                raise ExternalError(f"step {name} exited with {code}: {' | '.join(tail)[:500]}",
+                                    hint=f"the full output is in {self.log}")
+            return code
+
+        return wait
 
 
 def ensure_inventory(p: Pipeline, env: dict[str, str], say: Callable[[str], None]) -> Path:
@@ -166,12 +194,19 @@ def previous_results(p: Pipeline, *, exclude: Path) -> list[Path]:
     return sorted(found, key=lambda r: r.stat().st_mtime, reverse=True)[:HISTORY_RUNS]
 
 
+def is_rerun(delivery_id: str) -> bool:
+    """A run triage asked for: the contract's delivery id ``<upstream delivery>/rerun/<n>``."""
+    return "/rerun/" in delivery_id
+
+
 def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
     """Test one dispatch for real and report it; returns the summary also written to ``summary.json``.
 
     in_progress callback -> ``crcr select pick`` over the dispatch's diff -> ``crcr run``
     on the commit's tree (its torch Python overlaid) -> results upload and completed
-    callback. Failing tests are a result, not an error: the summary says so and the
+    callback. A triage rerun (``.../rerun/<n>``) runs only the tests that failed in this
+    backend's earlier runs here (``crcr select pick --failed-only``; the usual pick when
+    none did): bisection asks whether this commit has what broke, not for a full run. Failing tests are a result, not an error: the summary says so and the
     command succeeds. An error before the results exist raises (the relay retries).
     """
     commits = commits_of(payload)
@@ -188,9 +223,12 @@ def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None]
     steps = _Steps(work, env, say)
     inventory = ensure_inventory(p, env, say)
     report_args = ["report", "--callback", p.callback]
-    steps.run("report-start", _crcr(*report_args, "--phase", "start"))
+    # the in_progress callback goes out while the commit is exported and the pick runs;
+    # it is awaited before the tests run, so the relay always hears it first
+    reported_start = steps.start("report-start", _crcr(*report_args, "--phase", "start"))
 
     if not gitlocal.has_commit(p.upstream_git, commits.head):
+        reported_start()
         raise ExternalError(f"commit {commits.head} is not in {p.upstream_git}", hint="fetch it into the clone")
     base = commits.base or f"{commits.head}^"
     diff_path, src = work / "upstream.diff", work / "src"
@@ -206,7 +244,12 @@ def run_pipeline(payload: ClientPayload, p: Pipeline, say: Callable[[str], None]
         pick_args += ["--budget", str(p.budget_s)]
     for previous in previous_results(p, exclude=work):
         pick_args += ["--history", str(previous)]  # tests that failed before stay picked (reruns, bisection)
-    steps.run("pick", _crcr(*pick_args))
+    if is_rerun(payload.delivery_id):
+        pick_args.append("--failed-only")  # triage asks whether this commit is good or bad for what broke
+    try:
+        steps.run("pick", _crcr(*pick_args))
+    finally:
+        reported_start()
     picked = json.loads(pick_path.read_text(encoding="utf-8")).get("tests") or []
     if not picked:
         raise ExternalError("the pick selected no test for this diff: nothing would run",

@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     callback_rate_per_minute: int = Field(60, ge=1, description="callbacks accepted per repo per minute, then 429")
     max_results_bytes: int = Field(32 * 1024 * 1024, gt=0, description="largest /results upload (after gunzip)")
 
+    # triage's bisection reruns (the relay's trunk analysis and `crcr triage analyze --request-reruns`)
+    triage_rerun_spacing_s: float = Field(120.0, ge=0, description="seconds between two rerun requests of a backend "
+                                          "becoming due (pacing; 0: all at once)")
+    triage_reruns_per_round: int = Field(1, ge=1, le=8, description="commits one analysis may ask to rerun at once "
+                                         "(1: binary search; k: the gap cut in k+1 parts, run concurrently)")
+    triage_min_interval_s: float = Field(30.0, ge=0, description="the relay analyses a backend's trunk at most once "
+                                         "per this many seconds (a burst of shard callbacks is one look)")
+
     # selector agent (crcr select plan --agent claude)
     anthropic_api_key: SecretStr | None = Field(None, description="Anthropic API key (else ANTHROPIC_API_KEY)")
     anthropic_base_url: str | None = Field(None, description="Messages API base URL (a proxy or a test server)")

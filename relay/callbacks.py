@@ -199,8 +199,12 @@ TRUNK_EVENTS = ("push", "nightly", "periodic")
 
 
 def _failed_trunk_job(runtime: Any, job: Any) -> bool:
-    return (getattr(runtime, "trunk_analyzer", None) is not None and job.state == "completed"
-            and job.event_type in TRUNK_EVENTS and job.conclusion not in ("success", "skipped", "neutral"))
+    """A completed trunk job that failed, or any completed run triage asked for (a rerun's
+    delivery id holds ``/rerun/``): a passing rerun moves the bisection on as much as a
+    failing one, so its answer is analysed too."""
+    if getattr(runtime, "trunk_analyzer", None) is None or job.state != "completed" or job.event_type not in TRUNK_EVENTS:
+        return False
+    return job.conclusion not in ("success", "skipped", "neutral") or "/rerun/" in (job.delivery_id or "")
 
 
 def _analyze_trunk(runtime: Any, repo: str) -> None:

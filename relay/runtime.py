@@ -81,6 +81,9 @@ class Runtime:
     # callable(backend repo) run after a failed trunk job's completed callback; crcr.cli
     # installs triage here (the relay never imports triage)
     trunk_analyzer: Any = None
+    # callable(list of results bodies, oldest first) -> refinement proposals for the
+    # dashboard's backend page; crcr.cli installs the selector's (the relay never imports it)
+    refine_proposals: Any = None
     wakeup: Wakeup = field(default_factory=Wakeup)  # wakes this process's idle workers on enqueue
     # SQLite has one writer at a time and its busy handler *sleeps* (up to 100 ms a try)
     # while waiting; threads of this process queue on a lock instead, in microseconds.

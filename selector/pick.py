@@ -22,8 +22,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from crcr.contracts.inventory import Inventory, InventoryTest
-from crcr.contracts.pick import DroppedTest, Pick, PickedTest
+from crcr.contracts.pick import DroppedTest, Pick, PickedFile, PickedTest
 from crcr.contracts.plan import Plan
+from crcr.contracts.results import RunResults
 from selector.diffparse import FileDiff
 
 RUNNABLE = ("run", "xfail", "xfail_strict")
@@ -219,3 +220,33 @@ def pick(plan: Plan, inventory: Inventory, ctx: PickContext, budget_s: float | N
         dropped.append(DroppedTest(id="*", reason=f"{unscored} runnable tests had no signal from this diff"))
     return Pick(backend=plan.backend, budget_s=budget_s, plan_digest=plan.digest, pr=pr, upstream_sha=upstream_sha,
                 tests=picked, dropped=dropped)
+
+
+def failures_pick(plan: Plan, runs: list[RunResults], inventory: Inventory | None = None,
+                  pr: int | None = None) -> Pick | None:
+    """Only the tests that failed (or errored) in ``runs`` and that the plan runs: what a
+    rerun for triage needs (is this commit good or bad for what broke?). None when no
+    such test failed."""
+    failures: dict[str, int] = defaultdict(int)
+    durations: dict[str, float] = {}
+    for r in runs:
+        for t in r.failed():
+            failures[t.id] += 1
+            durations[t.id] = max(durations.get(t.id, 0.0), t.duration_s)
+    known = {t.id for t in inventory.tests} if inventory is not None else None
+    ids = sorted((tid for tid in failures
+                  if "::" in tid and (known is None or tid in known) and plan.resolve(tid).mode in RUNNABLE),
+                 key=lambda tid: (-failures[tid], tid))
+    if not ids:
+        return None
+    tests = [PickedTest(id=tid, score=float(failures[tid]), estimated_s=round(durations[tid], 3) or DEFAULT_TEST_S,
+                        reason=f"[failure-history] failed in {failures[tid]} of the {len(runs)} given run(s)")
+             for tid in ids]
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for tid in ids:
+        by_file[tid.split("::", 1)[0]].append(tid)
+    files = [PickedFile(file=f, score=float(len(t)), estimated_s=round(sum(durations[i] for i in t), 3),
+                        reason=f"[failure-history] {len(t)} test(s) of this file failed in the given runs", tests=t)
+             for f, t in by_file.items()]
+    return Pick(backend=plan.backend, plan_digest=plan.digest, pr=pr, tests=tests, files=files,
+                total_s=round(sum(durations[i] for i in ids), 3))

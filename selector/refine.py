@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from crcr.contracts.plan import Plan, plan_path_for, split_test_id
+from crcr.contracts.plan import Decision, Plan, plan_path_for, split_test_id
 from crcr.contracts.results import RunResults, TestResult
 from crcr.fileio import atomic_write_text
 from selector.planfiles import merge_plan_text, write_plan_file
@@ -215,3 +215,50 @@ def accuracy(plan: Plan, results: list[RunResults]) -> dict[str, Any]:
                 wrong[f"{d.mode} but {t.outcome}"] += 1
     return {"tests": total, "confirmed": confirmed, "accuracy": confirmed / total if total else 0.0,
             "wrong": dict(sorted(wrong.items()))}
+
+
+class RecordedPlan:
+    """The plan as the runs applied it: each test's mode, reason and source as its newest
+    result recorded them (``plan_mode``/``plan_reason``/``plan_source``), for a place that
+    has results but not the plan files (the relay's dashboard)."""
+
+    def __init__(self, results: list[RunResults]) -> None:
+        self.decisions: dict[str, Decision] = {}
+        for r in results:
+            for t in r.tests:
+                if t.plan_mode and "::" in t.id:
+                    self.decisions[t.id] = Decision(t.plan_mode, t.plan_reason or "", t.plan_source or "default",
+                                                    None, t.id.split("::", 1)[0])
+
+    def resolve(self, test_id: str) -> Decision:
+        return self.decisions.get(test_id) or Decision("skip", "no result recorded the plan's mode", "unplanned",
+                                                       None, None)
+
+
+def proposals(results: list[RunResults]) -> dict[str, Any]:
+    """What ``crcr select refine --dry-run`` would propose from ``results`` (oldest first),
+    against the plan as those runs applied it: one row per test whose entry would change
+    (mode, or a promotion proposal), plus the reviewer entries refine would keep."""
+    plan = RecordedPlan(results)
+    report = RefineReport()
+    by_file = refine_entries(plan, observations(results), report)  # type: ignore[arg-type]
+    rows = []
+    for file, entries in sorted(by_file.items()):
+        for e in entries:
+            tid = f"{file}::{e['id']}"
+            now = plan.resolve(tid)
+            kind = ("flaky" if tid in report.flaky else "promotion" if e.get("proposal")
+                    else "mode" if e["mode"] != now.mode else "evidence")
+            rows.append({"test": tid, "kind": kind, "mode": now.mode, "source": now.source,
+                         "proposed_mode": e.get("proposal") or e["mode"], "reason": e["reason"],
+                         "evidence": e.get("evidence") or {}})
+    return {"observed": report.observed, "runs": len(results), "proposals": rows,
+            "reviewer_conflicts": list(report.reviewer_conflicts)}
+
+
+def proposals_from_bodies(bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """``proposals`` over stored results bodies (crcr results JSON, oldest first); a body the
+    results contract refuses raises ContractError."""
+    from crcr.contracts.results import parse_results
+
+    return proposals([parse_results(b, f"results upload {i + 1}") for i, b in enumerate(bodies)])

@@ -75,3 +75,35 @@ def test_missing_directory_and_path_escape(tmp_path):
     assert plan_path_for(tmp_path, "test/nn/test_conv.py") == (tmp_path / "nn" / "test_conv.yaml").resolve()
     with pytest.raises(InputError):
         plan_path_for(tmp_path, "test/../../etc/passwd.py")
+
+
+def test_indexed_resolution_matches_a_scan_of_every_entry():
+    """The resolver looks only at patterns whose literal can occur in the id (and caches per
+    id): it must decide exactly what checking every entry in order decides."""
+    import random
+    import re
+
+    from crcr.contracts.plan import SOURCE_RANK
+
+    ops = ["add", "abs", "mm", "t", "H", "_softmax", "nn_functional_softsign", "a", "ab"]
+    entries = [("T::.*", "skip", "rules"), ("T::test_.*_float64", "skip", "rules"), ("T::.*_t_.*", "xfail", "agent"),
+               ("T::(test_a|test_b).*", "run", "logs"), ("T::test_[ab]bs_.*", "xfail", "rules"),
+               ("T::test_add_snpu_float32", "xfail", "logs"), ("T::.*mm.*", "run", "reviewer")]
+    entries += [(f"T::.*_{op}_snpu(_.*)?", random.Random(i).choice(["run", "xfail", "skip"]),
+                 random.Random(i).choice(["rules", "agent"])) for i, op in enumerate(ops)]
+    text = "schema_version: 1\nbackend: snpu\nupstream: {file: test/test_x.py}\ntests:\n" + "".join(
+        f"  - id: '{i}'\n    mode: {m}\n    reason: r{n}\n    source: {s}\n" for n, (i, m, s) in enumerate(entries))
+    pf = parse_plan_file(text)
+    rng = random.Random(7)
+    ids = [f"T::test_{rng.choice(ops)}_snpu_{rng.choice(['float32', 'float64', 'int8'])}" for _ in range(300)]
+    ids += ["T::x", "T::", "T::test_add_snpu_float32", "U::test_mm", "T::test_abs_snpu"]
+    for tid in ids * 2:  # twice: the second time from the cache
+        best, chosen = None, None
+        for index, e in enumerate(pf.tests):
+            exact = e.id == tid
+            if exact or (e.regex is not None and re.fullmatch(e.id, tid)):
+                key = (SOURCE_RANK[e.source], exact, index)
+                if best is None or key > best:
+                    best, chosen = key, e
+        got = pf.resolve(tid)
+        assert (got.entry.id if got.entry else None) == (chosen.id if chosen else None), tid

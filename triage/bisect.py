@@ -10,7 +10,8 @@ Bounds, all stateless given the history and the reruns already asked for:
   first showed them: a binary search plus one reproduction;
 - at most ``max_per_commit`` reruns of one commit;
 - pacing: nothing new while a rerun (or any run) in the range is still awaited, and at
-  most ``max_per_round`` requests per analysis.
+  most ``max_per_round`` requests per analysis (1: a binary search; k > 1: the gap is
+  cut in k + 1 parts and those k commits run concurrently, fewer rounds for more runs).
 
 When the budget is spent without confirmation the call becomes ``forward_fix`` with low
 confidence: never a revert without the evidence.
@@ -41,6 +42,13 @@ class RerunPlan:
 def rerun_bound(n: int) -> int:
     """ceil(log2 N) + 1 reruns for a range of N commits (N >= 1)."""
     return math.ceil(math.log2(n)) + 1 if n > 1 else 1
+
+
+def _cuts(n: int, k: int) -> list[int]:
+    """Positions cutting ``n`` commits in ``k + 1`` parts: the middle for k = 1."""
+    if k <= 1:
+        return [n // 2]
+    return sorted({min(n - 1, (j + 1) * n // (k + 1)) for j in range(k)})
 
 
 def _requested(history: History) -> dict[str, int]:
@@ -85,9 +93,10 @@ def plan(history: History, rules: Rules, analysis: Analysis, limits: Limits = Li
         return analysis
     if gap:
         candidates = [s for s in gap if requested.get(s, 0) < limits.max_per_commit]
-        # binary search: the middle of the untested commits, or the nearest one still allowed
-        middle = len(gap) // 2
-        candidates.sort(key=lambda s: abs(gap.index(s) - middle))
+        # binary search: the middle of the untested commits, or the nearest one still allowed;
+        # k per round: the points that cut the gap in k + 1 parts first (run concurrently)
+        cuts = _cuts(len(gap), min(limits.max_per_round, max(budget, 1)))
+        candidates.sort(key=lambda s: (min(abs(gap.index(s) - c) for c in cuts), gap.index(s)))
         reason = f"bisect {len(gap)} untested commit(s) between {analysis.last_good.sha[:12]} and {analysis.first_bad.sha[:12]}"
     else:
         candidates = [analysis.first_bad.sha] if requested.get(analysis.first_bad.sha, 0) < limits.max_per_commit else []

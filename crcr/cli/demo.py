@@ -7,6 +7,13 @@ check sink; a signed ``pull_request`` webhook, then a signed ``push`` webhook of
 trunk commits (one breaks snpu); each dispatch runs ``crcr downstream`` (pick -> run
 -> report, calling back over HTTP); then triage when this build has it. The summary is
 read back from what the relay stored.
+
+Where the loop allows, phases overlap: the relay starts while the inventory is
+collected (and the selector's caches are built beside it, both kept for the next demo
+under ``~/.cache/crcr/demo/<torch and code key>``), the PR and the first push run side
+by side, and triage reruns the breaking push's two middle commits at once, each only
+on the tests that failed (``crcr select pick --failed-only``), without the pacing a
+production relay keeps between reruns.
 """
 
 from __future__ import annotations
@@ -38,6 +45,85 @@ DEMO_SKIP = """  - id: TestCommonPRIVATEUSE1::test_dtypes_.*_snpu
     mode: xfail
     reason: "crcr demo: aten::ones.out is not implemented on snpu, yet the committed plan runs this test (fails at the base commit too)"
     source: reviewer
+"""
+
+
+# The demo's triage: no pacing between reruns (a production relay spaces them), and the
+# two middle commits of the breaking push rerun side by side instead of one after another.
+TRIAGE_ENV = {"CRCR_TRIAGE_RERUN_SPACING_S": "0", "CRCR_TRIAGE_RERUNS_PER_ROUND": "2",
+              "CRCR_TRIAGE_MIN_INTERVAL_S": "0"}
+
+
+# the code the cached files come from: the embedded suite and its collection (runners/,
+# crcr run, crcr select inventory, the inventory contract) and the selector's op table and
+# import graph builders
+CACHE_SOURCES = ("runners", "selector/inventory", "selector/importgraph.py", "crcr/contracts/inventory.py",
+                 "crcr/cli/run.py", "crcr/cli/select.py")
+
+
+def _code_digest() -> str:
+    """Of every Python file the cached inventory and selector caches are built by."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    root = _project_root()
+    for source in CACHE_SOURCES:
+        top = root / source
+        for path in sorted(top.rglob("*.py")) if top.is_dir() else [top]:
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _cache_dir(torch: Any) -> Path:
+    """Where a demo keeps what depends only on the installed torch and this crcr's code: the
+    snpu inventory and the selector's op table and import graph (a new torch or a code
+    change is a new key, so nothing stale is ever reused)."""
+    import hashlib
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "crcr" / "demo"
+    key = hashlib.sha256(f"{torch.__version__}|{torch.version.git_version}|{sys.version}|{_code_digest()}"
+                         .encode()).hexdigest()[:16]
+    return base / key
+
+
+def _inventory_and_caches(data: Path, inventory: Path, env: dict[str, str], cache: Path | None) -> bool:
+    """The inventory and the selector's caches (op table, torch import graph) in the data dir:
+    copied from ``cache`` when an earlier demo left them there (True), else built, the two
+    side by side, and left there for the next demo."""
+    selector = data / "selector"
+    if cache is not None and (cache / inventory.name).is_file() and (cache / "selector").is_dir():
+        shutil.copyfile(cache / inventory.name, inventory)
+        shutil.copytree(cache / "selector", selector, dirs_exist_ok=True)
+        return True
+    warm = subprocess.Popen([sys.executable, "-c", WARM_SELECTOR], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    subprocess.run(_crcr("select", "inventory", "--out", str(inventory)), env=env, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL, check=False)
+    warm.wait()
+    if cache is not None and inventory.is_file() and warm.returncode == 0 and selector.is_dir():
+        tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        shutil.copyfile(inventory, tmp / inventory.name)
+        shutil.copytree(selector, tmp / "selector")
+        try:
+            tmp.rename(cache)  # whole or not at all; another demo may have won the race
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return False
+
+
+# what `crcr select pick` builds on its first use in a data dir (CRCR_DATA_DIR/selector/)
+WARM_SELECTOR = """
+from importlib.metadata import version
+from crcr.settings import get_settings
+from selector.importgraph import cached_torch_graph
+from selector.inventory.opdb import load_opdb
+from selector.inventory.sources import installed_torch_dir
+data = get_settings().data_dir
+cached_torch_graph(installed_torch_dir(), data / "selector" / f"torch-imports-{version('torch')}.json")
+load_opdb(data)
 """
 
 
@@ -129,28 +215,52 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: f
     raise ExternalError(f"crcr serve was not ready within {timeout_s:.0f}s", hint=f"see {log}")
 
 
-def _wait_dispatch(engine: Any, delivery: str, console: Any, label: str, timeout_s: float) -> dict[str, Any]:
-    """Poll the relay's database until the delivery's dispatch is sent or dead; show the job's state."""
-    from sqlalchemy import select
-    from sqlalchemy.orm import Session
+class Waiter:
+    """Deliveries in flight at once: each phase is timed from its post to its dispatch's end
+    (sent or dead); ``wait`` shows every open one's dispatch and job state until its own ends."""
 
-    from crcr.errors import ExternalError
-    from crcr.store.deliveries import Dispatch
-    from crcr.store.jobs import Job
+    def __init__(self, engine: Any, console: Any, timeout_s: float, phases: Phases) -> None:
+        self.engine, self.console, self.timeout_s, self.phases = engine, console, timeout_s, phases
+        self.open: dict[str, tuple[str, str, float]] = {}  # name -> (delivery, what, posted at)
+        self.done: dict[str, dict[str, Any]] = {}
 
-    deadline = time.monotonic() + timeout_s
-    with console.status(f"[bold]{label}[/]: waiting for the dispatch") as status:
-        while time.monotonic() < deadline:
-            with Session(engine) as s:
+    def posted(self, name: str, delivery: str, what: str) -> None:
+        self.open[name] = (delivery, what, time.monotonic())
+
+    def _poll(self) -> list[str]:
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        from crcr.store.deliveries import Dispatch
+        from crcr.store.jobs import Job
+
+        states = []
+        with Session(self.engine) as s:
+            for name, (delivery, what, posted) in list(self.open.items()):
                 row = s.scalar(select(Dispatch).where(Dispatch.delivery_id == delivery))
                 job = s.scalar(select(Job).where(Job.delivery_id == delivery).order_by(Job.id.desc()).limit(1))
-                d_state = row.state if row else "not stored yet"
-                j_state = job.state if job else "no callback yet"
                 if row is not None and row.state in ("sent", "dead"):
-                    return {"dispatch": row.state, "attempts": row.attempts, "error": row.last_error}
-            status.update(f"[bold]{label}[/]: dispatch {d_state}, job {j_state}")
-            time.sleep(0.5)
-    raise ExternalError(f"{label}: the dispatch did not finish within {timeout_s:.0f}s")
+                    self.phases.timings[name] = round(time.monotonic() - posted, 2)
+                    self.console.print(f"[green]\u2713[/] {what} [dim]({self.phases.timings[name]:.1f}s)[/]")
+                    self.done[name] = {"dispatch": row.state, "attempts": row.attempts, "error": row.last_error}
+                    del self.open[name]
+                    continue
+                states.append(f"{name}: dispatch {row.state if row else 'not stored yet'}, "
+                              f"job {job.state if job else 'no callback yet'}")
+        return states
+
+    def wait(self, name: str) -> dict[str, Any]:
+        from crcr.errors import ExternalError
+
+        deadline = time.monotonic() + self.timeout_s
+        with self.console.status("waiting for the dispatches") as status:
+            while name not in self.done and time.monotonic() < deadline:
+                status.update("[bold]" + "; ".join(self._poll()) + "[/]")
+                if name not in self.done:
+                    time.sleep(0.5)
+        if name not in self.done:
+            raise ExternalError(f"{name}: the dispatch did not finish within {self.timeout_s:.0f}s")
+        return self.done[name]
 
 
 def _triage_available() -> bool:
@@ -168,14 +278,21 @@ target at L4), a local OIDC issuer and the local check sink. It posts a signed
 pull_request webhook (a real captured payload), a signed trunk push (the green
 baseline) and a push of three commits, one of which breaks snpu; each dispatch runs
 `crcr downstream` (pick -> run -> report over HTTP). Then triage (when this build has
-`crcr triage`) bisects with real reruns of the commits in between and writes its
-report. The summary is read back from the relay's database.
+`crcr triage`) bisects with real reruns of the commits in between (each on the tests
+that failed, two at once, no pacing) and writes its report. The summary is read back
+from the relay's database.
+
+The snpu inventory and the selector's caches are kept under
+~/.cache/crcr/demo/<key> (the key: torch's version and build, Python, this crcr's
+code) and reused by the next demo; --fresh builds them again.
 --serve keeps the relay up afterwards (Ctrl-C stops it). Needs torch and git.""")
 def demo(
     data_dir: Path | None = typer.Option(None, help="where to put everything (must not exist; default: a new temp dir)"),
     serve: bool = typer.Option(False, "--serve", help="keep the relay running after the demo (Ctrl-C stops it)"),
     timeout: float = typer.Option(600.0, help="seconds to wait for each dispatch to finish"),
     json_out: Path | None = typer.Option(None, "--json", help="also write the summary JSON here"),
+    fresh: bool = typer.Option(False, "--fresh", help="collect the test inventory and build the selector's caches "
+                               "again instead of reusing those of an earlier demo (same torch, same crcr)"),
 ) -> None:
     import torch.nn.functional as functional
     from rich.console import Console
@@ -202,12 +319,8 @@ def demo(
     plan = _demo_plan(data)
     inventory = data / "downstream" / "inventory-snpu.json"
     inventory.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "CRCR_DATA_DIR": str(data)}
-    phases.run("inventory", "snpu test inventory (crcr select inventory)", lambda: subprocess.run(
-        _crcr("select", "inventory", "--out", str(inventory)), env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, check=False))
-    if not inventory.is_file():
-        raise InputError("crcr select inventory wrote no inventory", hint="run it by hand to see why")
+    env = {**os.environ, "CRCR_DATA_DIR": str(data), **TRIAGE_ENV}
+    cache = None if fresh else _cache_dir(torch)
     allowlist = data / "allowlist.yaml"
     _write_allowlist(allowlist, hist.path, plan, inventory)
     secret = uuid.uuid4().hex.encode()
@@ -220,7 +333,7 @@ def demo(
         serve_env = {**env, **issuer.job_environment(), "CRCR_ALLOWLIST": str(allowlist),
                      "CRCR_WEBHOOK_SECRET": secret.decode(), "CRCR_OIDC_ISSUERS": json.dumps([issuer.url]),
                      "CRCR_PUBLIC_URL": url, "CRCR_CHECK_SINK": "local", "CRCR_WORKERS": "2",
-                     "CRCR_LOG_FORMAT": "text", "CRCR_DATABASE_URL": "", "CRCR_QUEUE_URL": ""}
+                     "CRCR_LOG_FORMAT": "text", "CRCR_DATABASE_URL": "", "CRCR_QUEUE_URL": "", **TRIAGE_ENV}
         for key in ("CRCR_DATABASE_URL", "CRCR_QUEUE_URL", "CRCR_CONFIG", "CRCR_CALLBACK_TOKEN"):
             serve_env.pop(key, None)  # the demo is the embedded default, whatever this shell says
         log = data / "relay.log"
@@ -228,28 +341,37 @@ def demo(
         proc = subprocess.Popen(_crcr("serve", "--port", str(port)), env=serve_env, stdout=log_file,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         stack.callback(_stop, proc)
+        # the relay starts while the inventory is collected (it needs only the inventory's path)
+        reused = phases.run("inventory", "snpu test inventory (crcr select inventory) and the selector's caches",
+                            _inventory_and_caches, data, inventory, env, cache)
+        if reused:
+            console.print(f"  reused from {cache} (collected earlier for this torch and this crcr; --fresh collects "
+                          "them again)")
+        if not inventory.is_file():
+            raise InputError("crcr select inventory wrote no inventory", hint="run it by hand to see why")
         phases.run("relay", f"crcr serve on {url} (SQLite, SqliteHuey, local check sink)", _wait_ready, url, proc, log)
         engine = create_engine(f"sqlite:///{data / 'crcr.db'}")
         stack.callback(engine.dispose)
 
+        # The PR and the first trunk push are independent: both go out at once (the relay's
+        # two dispatch workers run them side by side). The breaking push waits for the green
+        # baseline, which triage needs before it may blame a commit; the PR may still run.
+        waiter = Waiter(engine, console, timeout, phases)
         pr_delivery = _post(url, secret, "pull_request", webhooks.pull_request(hist))
+        waiter.posted("pr", pr_delivery, "PR: dispatch -> pick -> run -> report")
         console.print(f"posted pull_request #{webhooks.PR_NUMBER} ({hist.pr_head.sha[:10]}), delivery {pr_delivery}")
-        summary["pr"] = {"delivery": pr_delivery, "number": webhooks.PR_NUMBER, "head_sha": hist.pr_head.sha,
-                         **phases.run("pr", "PR: dispatch -> pick -> run -> report", _wait_dispatch, engine,
-                                      pr_delivery, console, "PR", timeout)}
         first = hist.pushes[0]
         base_delivery = _post(url, secret, "push", webhooks.push(hist, 0))
+        waiter.posted("baseline", base_delivery, "trunk push 1 (the green baseline): dispatch -> pick -> run -> report")
         console.print(f"posted push of {len(first)} commit to main ({first[-1].sha[:10]}), delivery {base_delivery}")
-        summary["baseline_push"] = {"delivery": base_delivery, "head_sha": first[-1].sha,
-                                    **phases.run("baseline", "trunk push 1 (the green baseline): dispatch -> pick -> "
-                                                 "run -> report", _wait_dispatch, engine, base_delivery, console,
-                                                 "push 1", timeout)}
+        summary["baseline_push"] = {"delivery": base_delivery, "head_sha": first[-1].sha, **waiter.wait("baseline")}
         last = hist.pushes[-1]
         push_delivery = _post(url, secret, "push", webhooks.push(hist, -1))
+        waiter.posted("push", push_delivery, "trunk push 2: dispatch -> pick -> run -> report")
         console.print(f"posted push of {len(last)} commits to main ({last[-1].sha[:10]}), delivery {push_delivery}")
-        summary["push"] = {"delivery": push_delivery, "head_sha": last[-1].sha,
-                           **phases.run("push", "trunk push 2: dispatch -> pick -> run -> report", _wait_dispatch,
-                                        engine, push_delivery, console, "push 2", timeout)}
+        summary["pr"] = {"delivery": pr_delivery, "number": webhooks.PR_NUMBER, "head_sha": hist.pr_head.sha,
+                         **waiter.wait("pr")}
+        summary["push"] = {"delivery": push_delivery, "head_sha": last[-1].sha, **waiter.wait("push")}
         if _triage_available():
             summary["triage"] = phases.run("triage", "triage: bisect with real reruns, then verdict and report",
                                            _triage, data, env, engine, console, timeout)
@@ -323,7 +445,7 @@ def _triage(data: Path, env: dict[str, str], engine: Any, console: Any, timeout_
             "verdict_json": str(out / "triage-verdict.json"), "report_exit": report.returncode}
 
 
-def _wait_triage_settled(engine: Any, console: Any, timeout_s: float, quiet_s: float = 12.0) -> list[dict[str, Any]]:
+def _wait_triage_settled(engine: Any, console: Any, timeout_s: float, quiet_s: float = 6.0) -> list[dict[str, Any]]:
     """Until no dispatch is open and no rerun request waits, for ``quiet_s`` (triage runs after callbacks)."""
     from sqlalchemy import func, select
     from sqlalchemy.orm import Session

@@ -588,6 +588,10 @@ def pick_cmd(
     pointed_only: Annotated[bool, typer.Option(
         "--pointed-only", help="inside a picked file, run only the tests the test-level signals point at "
                                "(a file with none still runs whole): op-level precision for short runs")] = False,
+    failed_only: Annotated[bool, typer.Option(
+        "--failed-only", help="pick only the tests that failed in the --history runs and that the plan runs "
+                              "(a triage rerun: is this commit good or bad for what broke?); when none did, "
+                              "the usual pick follows")] = False,
 ) -> None:
     from crcr.contracts.inventory import load_inventory
     from crcr.contracts.pick import Pick, PickedTest
@@ -633,6 +637,20 @@ def pick_cmd(
     the_plan = load_plan(_plan_dir(plan, backend))
     inv = load_inventory(inventory) if inventory is not None else None
     runs = [load_results(h) for h in history or []]
+    if failed_only:
+        from selector.pick import failures_pick
+
+        rerun = failures_pick(the_plan, runs, inv, pr_number)
+        if rerun is not None:
+            if out is not None:
+                atomic_write_text(out, rerun.model_dump_json(indent=1, exclude_none=True) + "\n")
+            typer.echo(f"picked {len(rerun.tests)} tests that failed in the {len(runs)} --history run(s), "
+                       f"{len(rerun.files)} files" + (f" -> {out}" if out else ""))
+            for f in rerun.files[:10]:
+                typer.echo(f"  {len(f.tests):5d} tests  {f.file}")
+            return
+        typer.echo(f"--failed-only: no test the plan runs failed in the {len(runs)} --history run(s); "
+                   "the usual pick follows", err=True)
     data_dir = _settings().data_dir
     torch_dir = installed_torch_dir()
     from importlib.metadata import version

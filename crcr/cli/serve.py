@@ -25,6 +25,13 @@ def _check_can_listen(host: str, port: int) -> None:
                                "(CRCR_PORT / CRCR_HOST)") from exc
 
 
+def install_dashboard_hooks(runtime: object) -> None:
+    """The backend page's refinement proposals come from the selector (the relay never imports it)."""
+    from selector.refine import proposals_from_bodies
+
+    runtime.refine_proposals = proposals_from_bodies  # type: ignore[attr-defined]
+
+
 @app.command(help="""Run the relay: POST /webhook, /callback, /results; GET /livez, /readyz, /metrics, /dashboard.
 
 The one-command embedded default: SQLite (WAL) and a SQLite queue in CRCR_DATA_DIR,
@@ -68,6 +75,7 @@ def serve(
 
     # a failed trunk job's callback queues triage, which looks for the commit to blame
     register_trunk_task(application.state.runtime)
+    install_dashboard_hooks(application.state.runtime)
     secret_path = application.state.webhook_secret_path
     typer.echo(f"crcr relay: data in {settings.data_dir.resolve()}, database "
                f"{'SQLite (WAL)' if not settings.database_url else 'from CRCR_DATABASE_URL'}, allowlist "

@@ -80,7 +80,7 @@ def _history(backend: str, since: str | None, results: list[Path] | None, commit
 
 def _analyse(backend: str, since: str | None, results: list[Path] | None, commits: Path | None,
              history: Path | None, infra_patterns: Path | None, per_commit: int) -> tuple[Any, Any, Any]:
-    from triage.bisect import Limits, analyze
+    from triage.bisect import analyze
     from triage.rules import load_rules
 
     h, sessions = _history(backend, since, results, commits, history)
@@ -88,8 +88,25 @@ def _analyse(backend: str, since: str | None, results: list[Path] | None, commit
         raise NothingToAnalyse(f"no trunk runs of {backend} to analyse" + (f" since {since}" if since else ""),
                                hint="check --backend (the downstream repo) and --since; trunk runs come from "
                                     "push and nightly/periodic dispatches")
-    analysis = analyze(h, load_rules(infra_patterns), Limits(max_per_commit=per_commit))
+    analysis = analyze(h, load_rules(infra_patterns), _limits(per_commit))
     return h, analysis, sessions
+
+
+def _limits(per_commit: int = 2) -> Any:
+    """Bisection limits: reruns per commit, and per round as CRCR_TRIAGE_RERUNS_PER_ROUND says."""
+    from crcr.settings import get_settings
+    from triage.bisect import Limits
+
+    return Limits(max_per_commit=per_commit, max_per_round=get_settings().triage_reruns_per_round)
+
+
+def _add_requests(session: Any, backend: str, reruns: list[Any]) -> list[Any]:
+    """Write the planned reruns as rerun requests, paced by CRCR_TRIAGE_RERUN_SPACING_S."""
+    from crcr.settings import get_settings
+    from crcr.store.triage import add_rerun_requests
+
+    return add_rerun_requests(session, backend, [r.sha for r in reruns], reruns[0].reason, now=dt.datetime.now(dt.UTC),
+                              spacing=dt.timedelta(seconds=get_settings().triage_rerun_spacing_s))
 
 
 def analysis_dict(analysis: Any) -> dict[str, Any]:
@@ -112,14 +129,10 @@ def analysis_dict(analysis: Any) -> dict[str, Any]:
 
 
 def _request_reruns(sessions: Any, analysis: Any) -> list[str]:
-    from crcr.store.triage import add_rerun_requests
-
     if not analysis.reruns:
         return []
     with sessions.begin() as s:
-        rows = add_rerun_requests(s, analysis.backend, [r.sha for r in analysis.reruns], analysis.reruns[0].reason,
-                                  now=dt.datetime.now(dt.UTC))
-        return [r.sha for r in rows]
+        return [r.sha for r in _add_requests(s, analysis.backend, analysis.reruns)]
 
 
 @app.command(help="Classify the backend's trunk failures and print the call (new break, flaky, infra, "
@@ -215,19 +228,22 @@ def report(
         typer.echo(line)
 
 
-def trunk_analyzer(sessions: Any, upstream_repo: str, *, window_days: int = 7, min_interval_s: float = 30.0) -> Any:
-    """What the relay runs after a failed trunk job (``Runtime.trunk_analyzer``): analyse the
-    backend's last ``window_days`` and write the rerun requests a bisection needs. At most
-    one analysis per backend per ``min_interval_s`` (a burst of shard callbacks is one look);
-    posting stays a person's step (``crcr triage report --post``)."""
+def trunk_analyzer(sessions: Any, upstream_repo: str, *, window_days: int = 7, min_interval_s: float | None = None) -> Any:
+    """What the relay runs after a failed trunk job or a finished triage rerun
+    (``Runtime.trunk_analyzer``): analyse the backend's last ``window_days`` and write the
+    rerun requests a bisection needs. At most one analysis per backend per
+    ``min_interval_s`` (default CRCR_TRIAGE_MIN_INTERVAL_S: a burst of shard callbacks is
+    one look); posting stays a person's step (``crcr triage report --post``)."""
     import threading
     import time
 
-    from crcr.store.triage import add_rerun_requests
+    from crcr.settings import get_settings
     from triage.bisect import analyze as run_analysis
     from triage.rules import load_rules
     from triage.source import from_store
 
+    if min_interval_s is None:
+        min_interval_s = get_settings().triage_min_interval_s
     rules = load_rules()
     last: dict[str, float] = {}
     lock = threading.Lock()
@@ -242,13 +258,11 @@ def trunk_analyzer(sessions: Any, upstream_repo: str, *, window_days: int = 7, m
         history = from_store(sessions, backend, upstream_repo=upstream_repo, since=since)
         if not history.runs:
             return []
-        analysis = run_analysis(history, rules)
+        analysis = run_analysis(history, rules, _limits())
         if not analysis.reruns:
             return []
         with sessions.begin() as s:
-            rows = add_rerun_requests(s, backend, [r.sha for r in analysis.reruns], analysis.reruns[0].reason,
-                                      now=dt.datetime.now(dt.UTC))
-            return [r.sha for r in rows]
+            return [r.sha for r in _add_requests(s, backend, analysis.reruns)]
 
     return run
 
@@ -261,10 +275,15 @@ def register_trunk_task(runtime: Any) -> Any:
     ``crcr.triage.analyze_trunk`` (run by any worker of this queue: ``crcr serve``'s
     in-process consumer or ``crcr worker``), which analyses the backend and writes the
     bisection rerun requests. Both kinds of process call this so either can run it."""
+    from relay.rerun_requests import dispatch_due
+
     analyzer = trunk_analyzer(runtime.sessions, runtime.settings.upstream_repo)
 
     def analyze_trunk(backend: str) -> int:
-        return len(analyzer(backend))
+        requested = analyzer(backend)
+        if requested:
+            dispatch_due(runtime)  # the ones due now go out at once, not at the poller's next look
+        return len(requested)
 
     task = runtime.huey.task(name=TRUNK_TASK)(analyze_trunk)
     runtime.trunk_analyzer = task  # calling a Huey task enqueues it

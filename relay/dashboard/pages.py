@@ -152,17 +152,62 @@ def job_html(request: Request, job_id: int) -> HTMLResponse:
                  f"/dashboard/jobs/{job_id}.json")
 
 
+def _backend_data(request: Request, repo: str) -> dict[str, Any]:
+    refine = getattr(request.app.state.runtime, "refine_proposals", None)
+    with _sessions(request) as s:
+        return queries.backend_page(s, repo, refine=refine)
+
+
 @router.get("/dashboard/backends/{owner}/{name}.json")
 def backend_json(request: Request, owner: str, name: str) -> JSONResponse:
-    with _sessions(request) as s:
-        return JSONResponse(queries.backend_page(s, f"{owner}/{name}"))
+    return JSONResponse(_backend_data(request, f"{owner}/{name}"))
+
+
+def _mode(d: dict[str, Any]) -> str:
+    return f"{_h(d.get('mode'))} <small>({_h(d.get('source'))}: {_h(d.get('reason'))})</small>"
+
+
+def _plan_changes_html(pc: dict[str, Any]) -> str:
+    if not pc["versions"]:
+        return "<p data-testid='plan-changes'>no results uploaded yet: plan versions come from the results uploads</p>"
+    versions = "".join(
+        f"<tr data-testid='plan-version'><td><code>{_h(v['plan_digest'] or 'not recorded')}</code></td>"
+        f"<td>{_h(v['uploads'])}</td><td>upload {_h(v['first_seen']['results_upload'])} (upstream "
+        f"<code>{_h((v['first_seen']['upstream_sha'] or '')[:10])}</code>, {_h(v['first_seen']['received_at'])})</td>"
+        f"<td>upload {_h(v['last_seen']['results_upload'])} ({_h(v['last_seen']['received_at'])})</td></tr>"
+        for v in pc["versions"])
+    changes = "".join(
+        f"<li data-testid='plan-change'>{_h(c['at']['received_at'])}: <code>{_h(c['from_digest'])}</code> &rarr; "
+        f"<code>{_h(c['to_digest'])}</code>, {_h(c['tests_changed'])} of {_h(c['tests_compared'])} tests changed<ul>"
+        + "".join(f"<li><code>{_h(t['test'])}</code>: {_mode(t['before'])} &rarr; {_mode(t['after'])}</li>"
+                  for t in c["changed"]) + "</ul></li>"
+        for c in pc["changes"]) or "<li>no change of plan version in these uploads</li>"
+    return (f"<div data-testid='plan-changes'><p>from {_h(pc['source'])}</p><table><tr><th>plan digest</th>"
+            f"<th>uploads</th><th>first seen</th><th>last seen</th></tr>{versions}</table><ul>{changes}</ul></div>")
+
+
+def _refinement_html(rf: dict[str, Any]) -> str:
+    if not rf["available"]:
+        return f"<p data-testid='refinement'>{_h(rf['note'])}</p>"
+    if rf.get("note"):
+        return f"<p data-testid='refinement'>{_h(rf['note'])}</p>"
+    rows = "".join(
+        f"<tr data-testid='proposal' data-kind='{_h(p['kind'])}'><td><code>{_h(p['test'])}</code></td>"
+        f"<td>{_h(p['mode'])} ({_h(p['source'])})</td><td>{_h(p['proposed_mode'])}</td><td>{_h(p['kind'])}</td>"
+        f"<td>{_h(p['reason'])}</td></tr>" for p in rf["proposals"][:200])
+    kept = "".join(f"<li>{_h(c)}</li>" for c in rf["reviewer_conflicts"][:50])
+    return (f"<div data-testid='refinement'><p>from {_h(rf['source'])}: {_h(len(rf['proposals']))} proposal(s) over "
+            f"{_h(rf['observed'])} tests observed in {_h(rf['runs'])} run(s); nothing is applied here (a person "
+            "runs <code>crcr select refine</code> on the plan)</p>"
+            + (f"<table><tr><th>test</th><th>plan now</th><th>proposed</th><th>why</th><th>reason</th></tr>{rows}</table>"
+               if rows else "<p>no proposals: every observed test behaved as its plan mode says</p>")
+            + (f"<p>reviewer entries refine keeps:</p><ul>{kept}</ul>" if kept else "") + "</div>")
 
 
 @router.get("/dashboard/backends/{owner}/{name}", response_class=HTMLResponse)
 def backend_html(request: Request, owner: str, name: str) -> HTMLResponse:
     repo = f"{owner}/{name}"
-    with _sessions(request) as s:
-        data = queries.backend_page(s, repo)
+    data = _backend_data(request, repo)
     jobs = "".join(
         f"<tr>{_cell(j['cell'], j['cell'], j['href'], 'job-' + str(j['id']))}<td>{_h(j['event_type'])}</td>"
         f"<td>{_h(j['pr_number'])}</td><td><code>{_h((j['head_sha'] or '')[:10])}</code></td>"
@@ -178,6 +223,8 @@ def backend_html(request: Request, owner: str, name: str) -> HTMLResponse:
                      f"<code>{_h((plan['upstream_sha'] or '')[:10])}</code>)</p><table data-testid='plan'><tr><th>mode</th>"
                      f"<th>reason</th><th>tests</th><th>outcomes</th><th>example</th></tr>{rows}</table>")
     body = (f"<h2>plan by mode and reason</h2>{plan_html}"
+            f"<h2>the plan's recent changes</h2>{_plan_changes_html(data['plan_changes'])}"
+            f"<h2>refinement proposals</h2>{_refinement_html(data['refinement'])}"
             f"<h2>recent jobs {_h(data['job_states'])}</h2><table><tr><th>job</th><th>event</th><th>PR</th><th>head</th>"
             f"<th>passed</th><th>failed</th></tr>{jobs}</table>")
     return _page(f"backend {repo}", body, f"/dashboard/backends/{repo}.json")

@@ -123,15 +123,59 @@ def job_page(session: Session, job_id: int, *, max_tests: int = 2000) -> dict[st
     return out
 
 
-def _results_of(upload: ResultsUpload | None) -> list[dict[str, Any]]:
+def _body_of(upload: ResultsUpload | None) -> dict[str, Any]:
     if upload is None:
-        return []
+        return {}
     try:
         body = json.loads(gzip.decompress(upload.body_gz))
     except (OSError, ValueError):
-        return []
-    tests = body.get("tests") if isinstance(body, dict) else None
-    return [t for t in tests or [] if isinstance(t, dict)]
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _tests_of(body: dict[str, Any]) -> list[dict[str, Any]]:
+    tests = body.get("tests")
+    return [t for t in tests if isinstance(t, dict)] if isinstance(tests, list) else []
+
+
+PLAN_HISTORY_UPLOADS = 10  # results uploads the backend page reads for plan changes and proposals
+MAX_CHANGED_TESTS = 50
+
+
+def _decisions(body: dict[str, Any]) -> dict[str, tuple[Any, Any, Any]]:
+    return {str(t.get("id")): (t.get("plan_mode"), t.get("plan_reason"), t.get("plan_source"))
+            for t in _tests_of(body) if t.get("id")}
+
+
+def plan_changes(uploads: list[tuple[ResultsUpload, dict[str, Any]]]) -> dict[str, Any]:
+    """The plan versions the backend's uploads ran with (``run.plan_digest``, oldest first),
+    and at each change of version the tests whose recorded mode, reason or source changed
+    (among tests both uploads ran)."""
+    versions: list[dict[str, Any]] = []
+    changes: list[dict[str, Any]] = []
+    previous: tuple[ResultsUpload, dict[str, Any]] | None = None
+    for upload, body in uploads:
+        run = body.get("run") if isinstance(body.get("run"), dict) else {}
+        digest = run.get("plan_digest") if isinstance(run.get("plan_digest"), str) else None
+        seen = {"results_upload": upload.id, "job_id": upload.job_id, "upstream_sha": upload.upstream_sha,
+                "received_at": _iso(upload.received_at)}
+        if versions and versions[-1]["plan_digest"] == digest:
+            versions[-1]["uploads"] += 1
+            versions[-1]["last_seen"] = seen
+        else:
+            versions.append({"plan_digest": digest, "uploads": 1, "first_seen": seen, "last_seen": seen})
+            if previous is not None:
+                old, new = _decisions(previous[1]), _decisions(body)
+                changed = [{"test": tid, "before": {"mode": old[tid][0], "reason": old[tid][1], "source": old[tid][2]},
+                            "after": {"mode": new[tid][0], "reason": new[tid][1], "source": new[tid][2]}}
+                           for tid in sorted(set(old) & set(new)) if old[tid] != new[tid]]
+                changes.append({"from_digest": versions[-2]["plan_digest"], "to_digest": digest, "at": seen,
+                                "tests_compared": len(set(old) & set(new)), "tests_changed": len(changed),
+                                "changed": changed[:MAX_CHANGED_TESTS]})
+        previous = (upload, body)
+    return {"uploads_read": len(uploads), "versions": list(reversed(versions)), "changes": list(reversed(changes)),
+            "source": f"plan_digest and per-test plan_mode/plan_reason/plan_source of the newest {len(uploads)} "
+                      "results uploads of this backend"}
 
 
 def _reason_key(reason: Any) -> str:
@@ -142,13 +186,18 @@ def _reason_key(reason: Any) -> str:
     return text[:120]
 
 
-def backend_page(session: Session, repo: str, *, jobs: int = 50) -> dict[str, Any]:
-    """A backend's recent jobs and, from its newest results upload, its plan by mode and reason."""
+def backend_page(session: Session, repo: str, *, jobs: int = 50, refine: Any = None) -> dict[str, Any]:
+    """A backend's recent jobs; from its newest results upload, its plan by mode and reason;
+    from its newest PLAN_HISTORY_UPLOADS uploads, the plan's recent changes and (with
+    ``refine``, the selector's ``refine.proposals`` that crcr.cli installs) what
+    ``crcr select refine`` would propose from them."""
     recent = session.scalars(select(Job).where(Job.repo == repo).order_by(Job.id.desc()).limit(jobs)).all()
-    upload = session.scalar(select(ResultsUpload).where(ResultsUpload.repo == repo)
-                            .order_by(ResultsUpload.id.desc()).limit(1))
+    newest = session.scalars(select(ResultsUpload).where(ResultsUpload.repo == repo)
+                             .order_by(ResultsUpload.id.desc()).limit(PLAN_HISTORY_UPLOADS)).all()
+    uploads = [(u, _body_of(u)) for u in reversed(newest)]  # oldest first
+    upload = newest[0] if newest else None
     summary: dict[tuple[str, str], dict[str, Any]] = {}
-    for t in _results_of(upload):
+    for t in _tests_of(uploads[-1][1]) if uploads else []:
         mode = str(t.get("plan_mode") or "unplanned")
         key = (mode, _reason_key(t.get("plan_reason")))
         row = summary.setdefault(key, {"mode": mode, "reason": key[1], "tests": 0, "outcomes": {}, "example": t.get("plan_reason")})
@@ -166,7 +215,25 @@ def backend_page(session: Session, repo: str, *, jobs: int = 50) -> dict[str, An
                                    for j in recent],
             "job_states": states,
             "plan_from_results": None if upload is None else {"results_upload": upload.id, "job_id": upload.job_id,
-                                                              "upstream_sha": upload.upstream_sha, "rows": plan}}
+                                                              "upstream_sha": upload.upstream_sha, "rows": plan},
+            "plan_changes": plan_changes(uploads),
+            "refinement": _refinement(uploads, refine)}
+
+
+def _refinement(uploads: list[tuple[ResultsUpload, dict[str, Any]]], refine: Any) -> dict[str, Any]:
+    if refine is None:
+        return {"available": False, "proposals": [], "reviewer_conflicts": [],
+                "note": "this relay process was started without the selector (crcr serve installs it)"}
+    bodies = [body for _, body in uploads if body]
+    try:
+        out = dict(refine(bodies))
+    except Exception as exc:  # an upload the results contract refuses: say so, keep the page
+        return {"available": True, "proposals": [], "reviewer_conflicts": [],
+                "note": f"the stored results could not be read as crcr results: {str(exc)[:300]}"}
+    out["available"] = True
+    out["source"] = (f"crcr select refine --dry-run over the newest {len(bodies)} results uploads of this backend, "
+                     "against the plan as those runs recorded it")
+    return out
 
 
 def pr_page(session: Session, number: int) -> dict[str, Any]:

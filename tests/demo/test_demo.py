@@ -227,3 +227,24 @@ def test_backend_page_summarises_the_plan_by_mode_and_reason(demo: dict, relay: 
     assert rows and sum(r["tests"] for r in rows) == len(newest["tests"])
     assert page.locator("[data-testid=plan] tr[data-mode]").count() == len(rows)
     assert {"success", "failure"} <= {j["cell"] for j in backend["jobs"]}
+
+
+def test_backend_page_shows_the_plans_recent_changes_and_refinement_proposals(demo: dict, relay: str, page) -> None:
+    backend = httpx.get(relay + "/dashboard/backends/local/snpu.json").json()
+    page.goto("/dashboard/backends/local/snpu")
+    # recent changes: the plan versions the uploads ran with; the demo's plan is one version
+    changes = backend["plan_changes"]
+    digests = {json.loads(Path(r["results"]).read_text())["run"]["plan_digest"] for r in demo["downstream_runs"]}
+    assert [v["plan_digest"] for v in changes["versions"]] == sorted(digests) and len(digests) == 1
+    assert changes["versions"][0]["uploads"] == changes["uploads_read"] >= 6  # PR, 2 pushes, 3 reruns
+    assert page.locator("[data-testid=plan-changes] [data-testid=plan-version]").count() == 1
+    assert changes["versions"][0]["plan_digest"] in page.get_by_test_id("plan-changes").inner_text()
+    # refinement proposals: what `crcr select refine` makes of the stored results, for real:
+    # softsign's tests failed in the newest runs (the planted break), so refine proposes xfail
+    refinement = backend["refinement"]
+    assert refinement["available"] and refinement["runs"] == changes["uploads_read"]
+    proposed = {p["test"]: p for p in refinement["proposals"]}
+    softsign = [p for t, p in proposed.items() if "softsign" in t.lower()]
+    assert softsign and all(p["mode"] == "run" and p["proposed_mode"] in ("xfail", "skip") for p in softsign)
+    assert page.locator("[data-testid=refinement] tr[data-testid=proposal]").count() == len(refinement["proposals"])
+    assert softsign[0]["test"] in page.get_by_test_id("refinement").inner_text()

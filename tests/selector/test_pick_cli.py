@@ -121,3 +121,43 @@ def test_bad_budget_and_conflicting_sources(cli, tmp_path):
     assert code == 2 and "exactly one change" in err
     code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", plan, "--trial", "astrology")
     assert code == 2 and "unknown signal" in err
+
+
+def _results(path: Path, sha: str, outcomes: dict[str, str]) -> Path:
+    path.write_text(json.dumps({"schema_version": 1, "run": {"run_id": path.stem, "device": "snpu", "upstream_sha": sha},
+                                "tests": [{"id": t, "outcome": o, "duration_s": 2.0} for t, o in outcomes.items()]}))
+    return path
+
+
+def test_failed_only_picks_the_tests_that_failed_in_the_history_and_the_plan_runs(cli, tmp_path):
+    plan = _plan(tmp_path, ["test/test_nn.py"])
+    (plan / "test_nn.yaml").write_text((plan / "test_nn.yaml").read_text()
+                                       + "  - id: TestNN::test_skipped_.*\n    mode: skip\n    reason: no kernel\n"
+                                         "    source: reviewer\n")
+    h1 = _results(tmp_path / "r1.json", "a" * 40, {"test/test_nn.py::TestNN::test_conv": "failed",
+                                                   "test/test_nn.py::TestNN::test_linear": "passed",
+                                                   "test/test_nn.py::TestNN::test_skipped_x": "failed",
+                                                   "test/test_unplanned.py::T::test_u": "error"})
+    h2 = _results(tmp_path / "r2.json", "b" * 40, {"test/test_nn.py::TestNN::test_conv": "failed",
+                                                   "test/test_nn.py::TestNN::test_pool": "error"})
+    (tmp_path / "d.diff").write_text(PATCH.join(["diff --git a/torch/x.py b/torch/x.py\n--- a/torch/x.py\n"
+                                                 "+++ b/torch/x.py\n", ""]))
+    code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", plan, "--out", tmp_path / "p.json",
+                         "--history", h1, "--history", h2, "--failed-only")
+    assert code == 0, err
+    pick = load_pick(tmp_path / "p.json")
+    # most failures first; a test the plan skips and a file no plan covers are not run
+    assert [t.id for t in pick.tests] == ["test/test_nn.py::TestNN::test_conv", "test/test_nn.py::TestNN::test_pool"]
+    assert "failed in 2 of the 2" in pick.tests[0].reason
+    assert [(f.file, len(f.tests)) for f in pick.files] == [("test/test_nn.py", 2)]
+
+
+def test_failed_only_without_failures_falls_back_to_the_usual_pick(cli, tmp_path):
+    h = _results(tmp_path / "r.json", "a" * 40, {"test/test_nn.py::TestNN::test_conv": "passed"})
+    (tmp_path / "d.diff").write_text("diff --git a/docs/x.rst b/docs/x.rst\n--- a/docs/x.rst\n+++ b/docs/x.rst\n"
+                                     "@@ -1 +1 @@\n-a\n+b\n")
+    code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", _plan(tmp_path, RUN),
+                         "--out", tmp_path / "p.json", "--history", h, "--failed-only")
+    assert code == 0, err
+    assert "the usual pick follows" in err
+    assert load_pick(tmp_path / "p.json").files  # the smoke set of a docs-only change

@@ -44,7 +44,7 @@ class Trunk:
         self.h = h
         self.run_id = 1000
 
-    def land(self, push_no: int, commits: list[int]) -> str:
+    def land(self, push_no: int, commits: list[int], delivery_id: str | None = None) -> str:
         h = self.h
         head = SHAS[commits[-1]]
         payload = {"ref": "refs/heads/main", "after": head, "before": SHAS[commits[0] - 1] if commits[0] else "0" * 40,
@@ -52,7 +52,7 @@ class Trunk:
                    "commits": [{"id": SHAS[i], "message": f"Change {i} (#{PRS[i]})\n\nbody",
                                 "modified": [f"aten/src/file{i}.cpp"]} for i in commits],
                    "head_commit": {"id": head}}
-        delivery_id = f"push-{push_no}"
+        delivery_id = delivery_id or f"push-{push_no}"
         now = h.clock()
         with h.runtime.sessions.begin() as s:  # what intake + the dispatch worker leave behind
             s.add(Delivery(id=delivery_id, event="push", repo=UPSTREAM, head_sha=head, ref="refs/heads/main",
@@ -206,6 +206,9 @@ def test_a_failed_trunk_callback_makes_the_relay_request_the_bisection_run(env):
     assert calls == []
     trunk.job(trunk.land(10, [6]), 6)  # a failing one does
     assert calls == [BACKEND]
+    # so does a rerun triage asked for, even a green one: it moves the bisection on
+    trunk.job(trunk.land(11, [0], delivery_id="push-9/rerun/1"), 0)
+    assert calls == [BACKEND, BACKEND]
 
 
 def test_the_analysis_runs_as_a_queued_worker_task(env):
