@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from crcr.cli.listing import print_rows, store_runtime
 from crcr.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -14,16 +15,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                        "reason nothing was sent) and rejected (answered 400/401/413, with the reason).")
 
 STATUSES = ("accepted", "ignored", "rejected")
-
-
-def _runtime():  # -> relay.runtime.Runtime
-    from crcr.settings import get_settings
-    from crcr.store.migrate import upgrade
-    from relay.runtime import Runtime
-
-    runtime = Runtime.from_settings(get_settings())
-    upgrade(runtime.engine)
-    return runtime
 
 
 def _iso(value: Any) -> str | None:
@@ -53,15 +44,13 @@ def list_(
     limit: int = typer.Option(50, "--limit", min=1, help="at most this many rows"),
     as_json: bool = typer.Option(False, "--json", help="one JSON array instead of a table"),
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
     from sqlalchemy import func, select
 
     from crcr.store.deliveries import Delivery, Dispatch, RejectedDelivery
 
     if status is not None and status not in STATUSES:
         raise InputError(f"unknown status {status!r}", hint=f"use one of {', '.join(STATUSES)}")
-    runtime = _runtime()
+    runtime = store_runtime()
     rows: list[dict[str, Any]] = []
     try:
         with runtime.sessions() as s:
@@ -86,20 +75,18 @@ def list_(
         runtime.close()
     rows.sort(key=lambda r: r["received_at"] or "", reverse=True)
     rows = rows[:limit]
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    table = Table("received", "delivery", "event", "repo", "pr", "status", "dispatches", "reason",
-                  title=f"{len(rows)} deliver{'y' if len(rows) == 1 else 'ies'}")
-    for r in rows:
-        event_name = r["event"] or "-"
-        if r.get("action"):
-            event_name += f".{r['action']}"
-        if r.get("count", 1) > 1:
-            event_name += f" (x{r['count']})"
-        table.add_row((r["received_at"] or "")[:19], r["delivery_id"] or "-", event_name, r["repo"] or "-",
-                      str(r["pr"] or "-"), r["status"], str(r.get("dispatches", 0)), (r["reason"] or "")[:80])
-    Console().print(table)
+    print_rows(rows, as_json, ("received", "delivery", "event", "repo", "pr", "status", "dispatches", "reason"),
+               f"{len(rows)} deliver{'y' if len(rows) == 1 else 'ies'}", _cells)
+
+
+def _cells(r: dict[str, Any]) -> tuple[str, ...]:
+    event_name = r["event"] or "-"
+    if r.get("action"):
+        event_name += f".{r['action']}"
+    if r.get("count", 1) > 1:
+        event_name += f" (x{r['count']})"
+    return ((r["received_at"] or "")[:19], r["delivery_id"] or "-", event_name, r["repo"] or "-",
+            str(r["pr"] or "-"), r["status"], str(r.get("dispatches", 0)), (r["reason"] or "")[:80])
 
 
 @app.command(help="Show one delivery (JSON): what was received, why it was sent or not, and its dispatches.")
@@ -108,7 +95,7 @@ def show(delivery_id: str = typer.Argument(..., help="the X-GitHub-Delivery id (
 
     from crcr.store.deliveries import Delivery, Dispatch, RejectedDelivery
 
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         with runtime.sessions() as s:
             d = s.get(Delivery, delivery_id)

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from crcr.cli.listing import print_rows, store_runtime
 from crcr.errors import InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -14,16 +15,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                        "(pending, retrying, sent, dead; awaiting approval, superseded, cancelled), attempts and last error.")
 
 STATES = ("pending", "retrying", "sent", "dead", "awaiting", "superseded", "cancelled")
-
-
-def _runtime():  # -> relay.runtime.Runtime
-    from crcr.settings import get_settings
-    from crcr.store.migrate import upgrade
-    from relay.runtime import Runtime
-
-    runtime = Runtime.from_settings(get_settings())
-    upgrade(runtime.engine)
-    return runtime
 
 
 def _row(d: Any) -> dict[str, Any]:
@@ -44,15 +35,13 @@ def list_(
     limit: int = typer.Option(50, "--limit", min=1, help="at most this many rows"),
     as_json: bool = typer.Option(False, "--json", help="one JSON array instead of a table ([] when none match)"),
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
     from sqlalchemy import select
 
     from crcr.store.deliveries import Dispatch
 
     if state is not None and state not in STATES:
         raise InputError(f"unknown state {state!r}", hint=f"use one of {', '.join(STATES)}")
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         q = select(Dispatch).order_by(Dispatch.id.desc()).limit(limit)
         if state:
@@ -65,21 +54,16 @@ def list_(
             rows = [_row(d) for d in s.scalars(q)]
     finally:
         runtime.close()
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    table = Table("id", "delivery", "target", "state", "attempts", "last error", title=f"{len(rows)} dispatch(es)")
-    for r in rows:
-        table.add_row(str(r["id"]), r["delivery_id"], r["target"], r["state"], str(r["attempts"]),
-                      (r["last_error"] or "")[:80])
-    Console().print(table)
+    print_rows(rows, as_json, ("id", "delivery", "target", "state", "attempts", "last error"),
+               f"{len(rows)} dispatch(es)", lambda r: (str(r["id"]), r["delivery_id"], r["target"], r["state"],
+                                                       str(r["attempts"]), (r["last_error"] or "")[:80]))
 
 
 @app.command(help="Show one dispatch with its delivery.")
 def show(dispatch_id: int = typer.Argument(..., help="the dispatch id (from `crcr dispatches list`)")) -> None:
     from crcr.store.deliveries import Delivery, Dispatch
 
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         with runtime.sessions() as s:
             d = s.get(Dispatch, dispatch_id)
@@ -114,7 +98,7 @@ def redeliver(
 
     if not ids and not all_dead:
         raise InputError("nothing to redeliver", hint="give dispatch ids or --all-dead")
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         wanted = list(ids or [])
         if all_dead:

@@ -12,6 +12,7 @@ Exit status: 0 the analysis ran (whatever it found); 1 there was nothing to anal
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -135,9 +136,7 @@ def _request_reruns(sessions: Any, analysis: Any) -> list[str]:
         return [r.sha for r in _add_requests(s, analysis.backend, analysis.reruns)]
 
 
-@app.command(help="Classify the backend's trunk failures and print the call (new break, flaky, infra, "
-                  "born red, recovered) with the suspect commit and the reruns a bisection needs.")
-def analyze(
+def _source_options(
     backend: BackendOpt,
     since: SinceOpt = None,
     results: ResultsOpt = None,
@@ -145,12 +144,39 @@ def analyze(
     history: HistoryOpt = None,
     infra_patterns: InfraOpt = None,
     max_reruns_per_commit: PerCommitOpt = 2,
+) -> None:
+    """The options ``analyze`` and ``report`` share: where the runs come from, how far bisection goes."""
+
+
+def _with_source_options(fn: Any) -> Any:
+    """Declare ``_source_options``'s options first on a command that takes them as ``**source``."""
+    shared = list(inspect.signature(_source_options, eval_str=True).parameters.values())
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.kind is not p.VAR_KEYWORD]
+    fn.__signature__ = inspect.Signature([*shared, *own])
+    return fn
+
+
+def _analysed(source: dict[str, Any]) -> tuple[Any, Any, Any]:
+    return _analyse(source["backend"], source["since"], source["results"], source["commits"], source["history"],
+                    source["infra_patterns"], source["max_reruns_per_commit"])
+
+
+def _echo_call(analysis: Any) -> None:
+    typer.echo(f"{analysis.backend}: {analysis.kind.replace('_', ' ')} -> {analysis.action} "
+               f"({analysis.category}, confidence {analysis.confidence})")
+
+
+@app.command(help="Classify the backend's trunk failures and print the call (new break, flaky, infra, "
+                  "born red, recovered) with the suspect commit and the reruns a bisection needs.")
+@_with_source_options
+def analyze(
     json_out: Annotated[Path | None, typer.Option("--json", help="also write the analysis as JSON here ('-': stdout only)")] = None,
     request_reruns: Annotated[bool, typer.Option("--request-reruns/--no-request-reruns",
                                                  help="database mode: write the planned reruns as rerun requests "
                                                       "(the relay dispatches them)")] = False,
+    **source: Any,
 ) -> None:
-    _, analysis, sessions = _analyse(backend, since, results, commits, history, infra_patterns, max_reruns_per_commit)
+    _, analysis, sessions = _analysed(source)
     data = analysis_dict(analysis)
     if request_reruns:
         if sessions is None:
@@ -164,8 +190,7 @@ def analyze(
         from crcr.fileio import atomic_write_text
 
         atomic_write_text(json_out, json.dumps(data, indent=1) + "\n")
-    typer.echo(f"{analysis.backend}: {analysis.kind.replace('_', ' ')} -> {analysis.action} "
-               f"({analysis.category}, confidence {analysis.confidence})")
+    _echo_call(analysis)
     typer.echo(analysis.summary)
     if analysis.suspect:
         typer.echo(f"suspect: {analysis.suspect.sha}" + (f" (PR #{analysis.suspect.pr})" if analysis.suspect.pr else ""))
@@ -177,20 +202,15 @@ def analyze(
 
 @app.command(help="Write the Markdown report and the CRCR triage-verdict JSON (schema v1); optionally ask the "
                   "advisor and post to GitHub (dry-run unless --post).")
+@_with_source_options
 def report(
-    backend: BackendOpt,
-    since: SinceOpt = None,
-    results: ResultsOpt = None,
-    commits: CommitsOpt = None,
-    history: HistoryOpt = None,
-    infra_patterns: InfraOpt = None,
-    max_reruns_per_commit: PerCommitOpt = 2,
     out: Annotated[Path, typer.Option(help="directory for triage-report.md and triage-verdict.json")] = Path("."),
     advisor: Annotated[str, typer.Option(help="offline (default, no network) or claude (the anthropic Messages API)")] = "offline",
     post: Annotated[bool, typer.Option("--post/--dry-run", help="post to GitHub (default: dry-run, print what would be posted)")] = False,
     issue_repo: Annotated[str | None, typer.Option(help="open the issue in this repo (default: the backend repo)")] = None,
     comment_upstream: Annotated[bool, typer.Option("--comment-upstream/--no-comment-upstream",
                                                    help="also comment on the suspect upstream PR")] = False,
+    **source: Any,
 ) -> None:
     from crcr.fileio import atomic_write_text
     from triage.report import markdown, verdict
@@ -202,7 +222,7 @@ def report(
     except OSError as exc:
         raise InputError(f"cannot create the output directory {out}: {exc.strerror}",
                          hint="pass --out DIR, a directory you can write") from exc
-    h, analysis, sessions = _analyse(backend, since, results, commits, history, infra_patterns, max_reruns_per_commit)
+    h, analysis, sessions = _analysed(source)
     from triage.advisor import advise
 
     opinion = advise(analysis, h, advisor)
@@ -211,8 +231,7 @@ def report(
     md_path, json_path = out / "triage-report.md", out / "triage-verdict.json"
     atomic_write_text(md_path, text)
     atomic_write_text(json_path, json.dumps(v, indent=1) + "\n")
-    typer.echo(f"{analysis.backend}: {analysis.kind.replace('_', ' ')} -> {analysis.action} "
-               f"({analysis.category}, confidence {analysis.confidence})")
+    _echo_call(analysis)
     typer.echo(f"wrote {md_path} and {json_path}")
     if sessions is not None:  # check-run summaries and the dashboard read it from the jobs
         from triage.source import attach_verdict
@@ -222,7 +241,7 @@ def report(
             typer.echo(f"verdict stored on {attached} failing trunk job(s)")
     from triage.posting import PostingConfig, publish
 
-    config = PostingConfig.from_env(dry_run=not post, issue_repo=issue_repo or backend, comment_upstream=comment_upstream,
+    config = PostingConfig.from_env(dry_run=not post, issue_repo=issue_repo or source["backend"], comment_upstream=comment_upstream,
                                     upstream_repo=h.upstream_repo)
     for line in publish(analysis, text, config, sessions=sessions):
         typer.echo(line)
