@@ -256,9 +256,30 @@ def proposals(results: list[RunResults]) -> dict[str, Any]:
             "reviewer_conflicts": list(report.reviewer_conflicts)}
 
 
+def _may_change(t: dict[str, Any]) -> bool:
+    """Whether this observation can make ``refine_entries`` write an entry for its test: a
+    failure, error or flaky outcome, or a pass of a test the plan does not run."""
+    outcome = t.get("outcome")
+    return outcome in (*FAILED, "flaky") or (outcome in PASSED and t.get("plan_mode") not in (None, "run"))
+
+
 def proposals_from_bodies(bodies: list[dict[str, Any]]) -> dict[str, Any]:
     """``proposals`` over stored results bodies (crcr results JSON, oldest first); a body the
-    results contract refuses raises ContractError."""
+    results contract refuses raises ContractError. Only the tests some observation of which
+    can change an entry are parsed (a full-suite upload is mostly passes of run tests, which
+    refine leaves alone): the proposals are the same, at a fraction of the cost."""
     from crcr.contracts.results import parse_results
 
-    return proposals([parse_results(b, f"results upload {i + 1}") for i, b in enumerate(bodies)])
+    observed: set[str] = set()
+    wanted: set[str] = set()
+    for body in bodies:
+        for t in body.get("tests") or [] if isinstance(body, dict) else []:
+            if isinstance(t, dict):
+                observed.add(str(t.get("id")))
+                if _may_change(t):
+                    wanted.add(str(t.get("id")))
+    narrowed = [{**b, "tests": [t for t in b.get("tests") or [] if isinstance(t, dict) and str(t.get("id")) in wanted]}
+                if isinstance(b, dict) else b for b in bodies]
+    out = proposals([parse_results(b, f"results upload {i + 1}") for i, b in enumerate(narrowed)])
+    out["observed"] = len(observed)
+    return out

@@ -154,8 +154,12 @@ def job_html(request: Request, job_id: int) -> HTMLResponse:
 
 def _backend_data(request: Request, repo: str) -> dict[str, Any]:
     refine = getattr(request.app.state.runtime, "refine_proposals", None)
+    state = request.app.state
+    cache = getattr(state, "backend_cache", None)
+    if cache is None:  # one per app: its store's uploads are what the cached pages were derived from
+        cache = state.backend_cache = queries.DerivedCache()
     with _sessions(request) as s:
-        return queries.backend_page(s, repo, refine=refine)
+        return queries.backend_page(s, repo, refine=refine, cache=cache)
 
 
 @router.get("/dashboard/backends/{owner}/{name}.json")

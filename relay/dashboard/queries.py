@@ -6,6 +6,8 @@ import datetime as dt
 import gzip
 import json
 import re
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from sqlalchemy import select
@@ -186,25 +188,50 @@ def _reason_key(reason: Any) -> str:
     return text[:120]
 
 
-def backend_page(session: Session, repo: str, *, jobs: int = 50, refine: Any = None) -> dict[str, Any]:
+class DerivedCache:
+    """What a backend page derives from a set of stored uploads (they never change once
+    stored), kept per (backend, upload ids) for one relay process and its store."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> dict[str, Any] | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[Any, ...], value: dict[str, Any]) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+def backend_page(session: Session, repo: str, *, jobs: int = 50, refine: Any = None,
+                 cache: DerivedCache | None = None) -> dict[str, Any]:
     """A backend's recent jobs; from its newest results upload, its plan by mode and reason;
     from its newest PLAN_HISTORY_UPLOADS uploads, the plan's recent changes and (with
     ``refine``, the selector's ``refine.proposals`` that crcr.cli installs) what
     ``crcr select refine`` would propose from them."""
     recent = session.scalars(select(Job).where(Job.repo == repo).order_by(Job.id.desc()).limit(jobs)).all()
-    newest = session.scalars(select(ResultsUpload).where(ResultsUpload.repo == repo)
-                             .order_by(ResultsUpload.id.desc()).limit(PLAN_HISTORY_UPLOADS)).all()
-    uploads = [(u, _body_of(u)) for u in reversed(newest)]  # oldest first
-    upload = newest[0] if newest else None
-    summary: dict[tuple[str, str], dict[str, Any]] = {}
-    for t in _tests_of(uploads[-1][1]) if uploads else []:
-        mode = str(t.get("plan_mode") or "unplanned")
-        key = (mode, _reason_key(t.get("plan_reason")))
-        row = summary.setdefault(key, {"mode": mode, "reason": key[1], "tests": 0, "outcomes": {}, "example": t.get("plan_reason")})
-        row["tests"] += 1
-        outcome = str(t.get("outcome"))
-        row["outcomes"][outcome] = row["outcomes"].get(outcome, 0) + 1
-    plan = sorted(summary.values(), key=lambda r: (r["mode"], -r["tests"], r["reason"]))
+    ids = session.scalars(select(ResultsUpload.id).where(ResultsUpload.repo == repo)
+                          .order_by(ResultsUpload.id.desc()).limit(PLAN_HISTORY_UPLOADS)).all()
+    key = (repo, tuple(ids), refine is not None)
+    derived = cache.get(key) if cache is not None else None
+    if derived is None:  # uploads never change once stored: what they yield is kept per set of uploads
+        newest = session.scalars(select(ResultsUpload).where(ResultsUpload.id.in_(ids))
+                                 .order_by(ResultsUpload.id.desc())).all() if ids else []
+        uploads = [(u, _body_of(u)) for u in reversed(newest)]  # oldest first
+        derived = {"plan_rows": _plan_rows(uploads[-1][1]) if uploads else [],
+                   "upload": None if not newest else {"results_upload": newest[0].id, "job_id": newest[0].job_id,
+                                                      "upstream_sha": newest[0].upstream_sha},
+                   "plan_changes": plan_changes(uploads), "refinement": _refinement(uploads, refine)}
+        if cache is not None:
+            cache.put(key, derived)
     states: dict[str, int] = {}
     for j in recent:
         cell = cell_state(j, None)
@@ -214,10 +241,22 @@ def backend_page(session: Session, repo: str, *, jobs: int = 50, refine: Any = N
                                     "passed": j.passed, "failed": j.failed, "href": f"/dashboard/jobs/{j.id}"}
                                    for j in recent],
             "job_states": states,
-            "plan_from_results": None if upload is None else {"results_upload": upload.id, "job_id": upload.job_id,
-                                                              "upstream_sha": upload.upstream_sha, "rows": plan},
-            "plan_changes": plan_changes(uploads),
-            "refinement": _refinement(uploads, refine)}
+            "plan_from_results": None if derived["upload"] is None else {**derived["upload"],
+                                                                         "rows": derived["plan_rows"]},
+            "plan_changes": derived["plan_changes"],
+            "refinement": derived["refinement"]}
+
+
+def _plan_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    summary: dict[tuple[str, str], dict[str, Any]] = {}
+    for t in _tests_of(body):
+        mode = str(t.get("plan_mode") or "unplanned")
+        key = (mode, _reason_key(t.get("plan_reason")))
+        row = summary.setdefault(key, {"mode": mode, "reason": key[1], "tests": 0, "outcomes": {}, "example": t.get("plan_reason")})
+        row["tests"] += 1
+        outcome = str(t.get("outcome"))
+        row["outcomes"][outcome] = row["outcomes"].get(outcome, 0) + 1
+    return sorted(summary.values(), key=lambda r: (r["mode"], -r["tests"], r["reason"]))
 
 
 def _refinement(uploads: list[tuple[ResultsUpload, dict[str, Any]]], refine: Any) -> dict[str, Any]:

@@ -136,8 +136,20 @@ def test_an_upload_the_results_contract_refuses_keeps_the_page(relay) -> None:
     client, runtime = relay
     seed(runtime)
     with runtime.sessions.begin() as s:
-        upload(s, 4, "digest2", [{"id": OPS + "test_x", "outcome": "exploded"}], "d" * 40)
+        upload(s, 4, "digest2", [{"id": OPS + "test_x", "outcome": "failed", "duration_s": "slow"}], "d" * 40)
     resp = client.get(f"/dashboard/backends/{BACKEND}.json")
     assert resp.status_code == 200
     assert "could not be read" in resp.json()["refinement"]["note"]
     assert client.get(f"/dashboard/backends/{BACKEND}").status_code == 200
+
+
+def test_a_new_upload_is_seen_at_once_though_the_page_keeps_what_it_derived(relay) -> None:
+    client, runtime = relay
+    seed(runtime)
+    first = client.get(f"/dashboard/backends/{BACKEND}.json").json()
+    assert client.get(f"/dashboard/backends/{BACKEND}.json").json() == first  # from the cache, same answer
+    with runtime.sessions.begin() as s:
+        newest = upload(s, 4, "digest3", [result("test_add_npu_float16", "passed", "run", "fixed", "reviewer")], "d" * 40)
+    data = client.get(f"/dashboard/backends/{BACKEND}.json").json()
+    assert data["plan_changes"]["versions"][0]["plan_digest"] == "digest3"
+    assert data["plan_from_results"]["results_upload"] == newest
