@@ -103,11 +103,11 @@ def _inventory_and_caches(data: Path, inventory: Path, env: dict[str, str], cach
     warm.wait()
     if cache is not None and inventory.is_file() and warm.returncode == 0 and selector.is_dir():
         tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        shutil.copyfile(inventory, tmp / inventory.name)
-        shutil.copytree(selector, tmp / "selector")
-        try:
+        try:  # best effort: an unwritable cache only means the next demo collects again
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            shutil.copyfile(inventory, tmp / inventory.name)
+            shutil.copytree(selector, tmp / "selector")
             tmp.rename(cache)  # whole or not at all; another demo may have won the race
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -67,3 +67,15 @@ def test_built_once_then_copied_from_the_cache(monkeypatch: pytest.MonkeyPatch, 
     fake.data = third
     assert demo._inventory_and_caches(third, third / "downstream" / "inventory-snpu.json", {}, None) is False
     assert sorted(fake.calls) == ["inventory", "warm"]
+
+
+def test_an_unwritable_cache_only_means_collecting_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    data = tmp_path / "d"
+    (data / "downstream").mkdir(parents=True)
+    blocker = tmp_path / "ro"
+    blocker.write_text("a file where the cache folder's parent should be")
+    fake = _Fake(data)
+    monkeypatch.setattr(demo.subprocess, "run", fake.run)
+    monkeypatch.setattr(demo.subprocess, "Popen", fake.popen)
+    assert demo._inventory_and_caches(data, data / "downstream" / "inventory-snpu.json", {}, blocker / "key") is False
+    assert (data / "downstream" / "inventory-snpu.json").is_file()  # the demo goes on
