@@ -784,7 +784,7 @@ def coverage_map_cmd(
             if not p.is_relative_to(root / "test") or not p.is_file() or p.suffix != ".py":
                 raise InputError(f"--test {t}: not a .py file under {root / 'test'}", hint="e.g. --test test/test_nn.py")
             names.append(p.relative_to(root).as_posix())
-        roots.append((root, sorted(set(names)), f"upstream file under {pytorch_src}"))
+        roots.append((root, sorted(set(names)), "upstream test file of --pytorch-src"))
     if not any(files for _, files, _ in roots):
         raise InputError("no test file to run", hint="keep --embedded, or pass --pytorch-src with --test or --all-tests")
     try:
