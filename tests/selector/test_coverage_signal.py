@@ -217,3 +217,20 @@ def test_pick_and_evaluate_read_the_given_or_the_shipped_map(fixture_map, tmp_pa
     assert (shipped is None) == (not SHIPPED.is_file())
     if shipped is not None:
         assert shipped.tests == shipped_map().tests and shipped.meta["torch"]
+
+
+def test_committed_real_cases_load_and_cite_their_sources():
+    from crcr.data import TEST_TIMES
+    from selector.evaluate import load_cases
+    from selector.inventory.test_times import file_times
+
+    root = Path(__file__).resolve().parents[2]
+    cases = load_cases(root / "benchmarks" / "cases" / "real.jsonl")
+    times = file_times(TEST_TIMES, all_configs=True)
+    assert len(cases) >= 5 and {c.kind for c in cases} == {"real"}
+    for c in cases:
+        assert "https://github.com/pytorch/pytorch/" in c.source, c.id
+        assert c.change.paths, c.id
+        assert all(f in times for f in c.failing_files), c.id  # evaluable over test-times.json's universe
+    raw = [json.loads(line) for line in (root / "benchmarks" / "cases" / "real.jsonl").read_text().splitlines()]
+    assert all(r["evidence"] for r in raw)
