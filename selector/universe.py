@@ -17,6 +17,7 @@ from typing import Any
 from crcr.contracts.inventory import Inventory, InventoryTest
 from crcr.contracts.plan import Plan
 from crcr.contracts.results import RunResults
+from selector.covmap import CoverageMap
 from selector.importgraph import ImportGraph, checkout_imports
 from selector.inventory.test_times import FILE_LEVEL_ID
 from selector.signals.base import Universe
@@ -62,7 +63,7 @@ def _file_runnable(plan: Plan, file: str, tests: list[InventoryTest]) -> bool | 
 def build_universe(plan: Plan | None, times: dict[str, float], inventory: Inventory | None = None, *,
                    unplanned: bool = False, results: list[RunResults] | None = None,
                    torch_modules: dict[str, set[str]] | None = None, checkout: Path | None = None,
-                   opdb: dict[str, Any] | None = None) -> Universe:
+                   opdb: dict[str, Any] | None = None, coverage: CoverageMap | None = None) -> Universe:
     tests: dict[str, list[InventoryTest]] = defaultdict(list)
     for t in sorted(inventory.tests if inventory else (), key=lambda t: t.id):
         if t.method != FILE_LEVEL_ID:
@@ -95,4 +96,4 @@ def build_universe(plan: Plan | None, times: dict[str, float], inventory: Invent
         graph = ImportGraph(torch_modules, imports)
     families, names = op_tables(opdb)
     return Universe(durations=durations, tests={f: v for f, v in tests.items() if f in durations}, graph=graph,
-                    op_families=families, op_names=names, failures=dict(failures))
+                    op_families=families, op_names=names, failures=dict(failures), coverage=coverage)

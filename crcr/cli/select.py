@@ -30,6 +30,23 @@ Backend = Annotated[str, typer.Option("--backend", "-b", help="backend name, e.g
 PlanDir = Annotated[Path | None, typer.Option("--plan", help="plan directory (default configs/selections/<backend>)")]
 
 
+CoverageMapOpt = Annotated[Path | None, typer.Option(
+    "--coverage-map", help="coverage map for the coverage signal (default: the one shipped in selector/data; "
+                           "rebuild with `crcr select coverage-map`)")]
+
+
+def _coverage_map(path: Path | None) -> Any:
+    """The coverage map at PATH, else the shipped one (None when neither exists)."""
+    from selector.covmap import load_map, shipped_map
+
+    if path is None:
+        return shipped_map()
+    try:
+        return load_map(path)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"--coverage-map {path}: {exc}", hint="write one with crcr select coverage-map --out FILE") from None
+
+
 def _settings() -> Any:
     from crcr.settings import get_settings
 
@@ -565,7 +582,8 @@ def _parse_duration(text: str) -> float:
     "The change: --diff PATCH, --event DISPATCH_JSON (a pull_request payload; files read from GitHub) or --pr N "
     "(read from GitHub, --repo, paginated). Candidates: every file of test-times.json and the inventory that the "
     "plan runs (--unplanned: also files the plan has no file for). Signals: edited-test (always picked), "
-    "op-touched, import-graph, mentioned (PR text, as data), failure-history (--history), path-keyword. "
+    "op-touched, import-graph, coverage (our coverage map, --coverage-map), mentioned (PR text, as data), "
+    "failure-history (--history), path-keyword. "
     "A docs-only change picks the smoke set. Budget: --budget DURATION or --budget-share 0.25 of the total time, "
     "using measured durations. Nothing picked: the reason is printed and the exit status is 1."
 ))
@@ -592,6 +610,7 @@ def pick_cmd(
         "--failed-only", help="pick only the tests that failed in the --history runs and that the plan runs "
                               "(a triage rerun: is this commit good or bad for what broke?); when none did, "
                               "the usual pick follows")] = False,
+    coverage_map: CoverageMapOpt = None,
 ) -> None:
     from crcr.contracts.inventory import load_inventory
     from crcr.contracts.pick import Pick, PickedTest
@@ -657,7 +676,8 @@ def pick_cmd(
 
     graph = cached_torch_graph(torch_dir, data_dir / "selector" / f"torch-imports-{version('torch')}.json")
     universe = build_universe(the_plan, file_times(TEST_TIMES, all_configs=True), inv, unplanned=unplanned,
-                              results=runs, torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
+                              results=runs, torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir),
+                              coverage=_coverage_map(coverage_map))
     total = sum(universe.durations.values())
     if budget_share is not None:
         budget_s = round(total * budget_share, 3)
@@ -714,6 +734,7 @@ def evaluate_cmd(
     plan: Annotated[Path | None, typer.Option(help="only the files this plan runs (default: every upstream file)")] = None,
     pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch checkout: test files' real imports")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
+    coverage_map: CoverageMapOpt = None,
 ) -> None:
     from importlib.metadata import version
 
@@ -731,8 +752,66 @@ def evaluate_cmd(
     the_cases = load_cases(cases)
     graph = cached_torch_graph(installed_torch_dir(), data_dir / "selector" / f"torch-imports-{version('torch')}.json")
     universe = build_universe(load_plan(plan) if plan else None, file_times(TEST_TIMES, all_configs=True),
-                              torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
+                              torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir),
+                              coverage=_coverage_map(coverage_map))
     report = evaluate(the_cases, universe)
     typer.echo(render_table(report))
     if json_out is not None:
         atomic_write_text(json_out, json.dumps(report, indent=1, sort_keys=True) + "\n")
+
+
+@app.command("coverage-map", help=(
+    "Rebuild the coverage map the coverage signal reads: run test files one at a time under coverage of the "
+    "installed torch's Python sources and record, per test file, the torch functions it executes beyond a "
+    "baseline (import torch and the test harness, one empty test). Runs the embedded suite's files "
+    "(--embedded, the default) and the upstream test files of a checkout's test/ folder named with --test "
+    "(or all of them with --all-tests); each file runs under --timeout, and a file stopped by it keeps what "
+    "was measured so far. --out: the map to write (gzip JSON); files already in it that are not run again are "
+    "kept. PyTorch's published coverage maps are never read."
+))
+def coverage_map_cmd(
+    out: Annotated[Path, typer.Option("--out", "-o", help="coverage map to write (gzip JSON; merged into if present)")],
+    pytorch_src: Annotated[Path | None, typer.Option(help="checkout (or scratch folder) with test/ files to run")] = None,
+    test: Annotated[list[str] | None, typer.Option(help="test file under --pytorch-src, e.g. test/test_nn.py (repeatable)")] = None,
+    all_tests: Annotated[bool, typer.Option("--all-tests", help="every test/**/test_*.py under --pytorch-src")] = False,
+    embedded: Annotated[bool, typer.Option("--embedded/--no-embedded", help="run the embedded suite's files")] = True,
+    timeout: Annotated[float, typer.Option(help="seconds per test file")] = 300.0,
+) -> None:
+    import importlib.util
+
+    from runners.suites import EMBEDDED_ROOT
+    from selector.covmap import build_map, load_map
+    from selector.inventory.sources import installed_torch_dir
+
+    if importlib.util.find_spec("coverage") is None:
+        raise InputError("the coverage package is not installed", hint="pip install 'coverage>=7.4'")
+    if timeout <= 0:
+        raise InputError(f"--timeout {timeout}: must be positive", hint="e.g. --timeout 300")
+    roots: list[tuple[Path, list[str], str]] = []
+    if embedded:
+        roots.append((EMBEDDED_ROOT, sorted(p.relative_to(EMBEDDED_ROOT).as_posix()
+                                            for p in (EMBEDDED_ROOT / "test").glob("test_*.py")), "embedded suite"))
+    if test or all_tests:
+        if pytorch_src is None or not (pytorch_src / "test").is_dir():
+            raise InputError("--test/--all-tests need --pytorch-src DIR with a test/ folder",
+                             hint="e.g. --pytorch-src ~/pytorch --test test/test_nn.py")
+        root = pytorch_src.resolve()
+        names = sorted(p.relative_to(root).as_posix() for p in (root / "test").rglob("test_*.py")) if all_tests else []
+        for t in test or []:
+            p = (root / t).resolve()
+            if not p.is_relative_to(root / "test") or not p.is_file() or p.suffix != ".py":
+                raise InputError(f"--test {t}: not a .py file under {root / 'test'}", hint="e.g. --test test/test_nn.py")
+            names.append(p.relative_to(root).as_posix())
+        roots.append((root, sorted(set(names)), "upstream test file of --pytorch-src"))
+    if not any(files for _, files, _ in roots):
+        raise InputError("no test file to run", hint="keep --embedded, or pass --pytorch-src with --test or --all-tests")
+    try:
+        previous = load_map(out) if out.is_file() else None
+    except ValueError as exc:
+        raise InputError(f"--out {out}: {exc}", hint="choose a new file or remove it") from None
+    repo_root = EMBEDDED_ROOT.parents[2]  # the embedded tests import runners.suites._checks
+    cmap = build_map(roots, installed_torch_dir(), timeout_s=timeout, previous=previous, pythonpath=[repo_root],
+                     progress=lambda line: typer.echo(line, err=True))
+    cmap.save(out)
+    funcs = sum(len(f) for src in cmap.tests.values() for f in src.values())
+    typer.echo(f"coverage map: {len(cmap.tests)} test files, {funcs} (test file, torch function) pairs -> {out}")

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from crcr.contracts.inventory import InventoryTest
+from selector.covmap import CoverageMap
 from selector.diffparse import FileDiff
 from selector.importgraph import ImportGraph
 
@@ -49,6 +50,7 @@ class Universe:
     op_names: dict[str, set[str]] = field(default_factory=dict)  # a name code uses (relu, softmax) -> OpInfo keys
     failures: dict[str, int] = field(default_factory=dict)  # file -> failures in stored runs
     keyword_weights: dict[str, float] = field(default_factory=dict)  # path keyword -> precision
+    coverage: CoverageMap | None = None  # test file -> torch functions it executes (selector.covmap)
 
     @property
     def files(self) -> list[str]:
