@@ -429,10 +429,10 @@ class BusyMeter:
     """Whether intake is busy: ``threshold`` deliveries or more stored within ``window_s``.
 
     While it is, the dispatch worker holds back (``crcr.queue.IntakeHold``): at the
-    default, 200 deliveries a second, which a normal day's webhooks never reach.
+    default, 100 deliveries a second, which a normal day's webhooks never reach.
     """
 
-    def __init__(self, threshold: int = 20, window_s: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, threshold: int = 10, window_s: float = 0.1, clock: Callable[[], float] = time.monotonic) -> None:
         self.threshold, self.window_s, self.clock = threshold, window_s, clock
         self.start, self.count = -window_s, 0
 
