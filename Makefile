@@ -21,7 +21,7 @@ $(VENV)/.installed-base: pyproject.toml | $(BIN)/python
 # everything the tests need; torch is pinned first so the CPU wheel on disk is taken
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,postgres,redis,llm,torch]'
+	$(BIN)/pip install -q -e '.[dev,postgres,redis,llm,torch,fast]'
 	touch $(VENV)/.installed-base $@
 
 install: $(VENV)/.installed-base

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import re
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -87,16 +88,52 @@ def make_huey(queue_url: str, *, name: str = "crcr", immediate: bool = False) ->
                       hint="use redis://host:6379/0 or leave it unset for SQLite in the data dir")
 
 
+class IntakeHold:
+    """Workers yield to a busy intake: while it is busy, tasks start at most every ``every_s``.
+
+    The API calls ``busy()`` while it is storing webhooks faster than ``relay.group_commit``'s
+    threshold (hundreds a second: a burst or a redelivery flood, never a normal day's
+    traffic). Sending is CPU work (and database writes) that competes with intake on a
+    small machine; held back, the tasks wait in the queue (the rows are the truth) and
+    are sent as soon as the burst ends. A trickle still flows (one task per ``every_s``
+    across the pool), so a long burst never starves sending. When intake is not busy a
+    worker never waits here.
+    """
+
+    def __init__(self, *, hold_s: float = 0.25, every_s: float = 0.5, clock: Any = time.monotonic) -> None:
+        self.hold_s, self.every_s, self.clock = hold_s, every_s, clock
+        self.until = 0.0  # intake is busy until then (monotonic)
+        self.last_start = 0.0
+        self._lock = threading.Lock()
+
+    def busy(self) -> None:
+        self.until = self.clock() + self.hold_s
+
+    def may_start(self) -> bool:
+        """Whether a worker may take a task now (and if so, counts the start)."""
+        now = self.clock()
+        with self._lock:
+            if now >= self.until or now - self.last_start >= self.every_s:
+                self.last_start = now
+                return True
+            return False
+
+
 class Wakeup:
     """Lets a producer in the same process wake idle in-process workers at once.
 
     Huey's workers poll a SQLite queue with a growing sleep (up to ``max_delay``); an
     enqueue from this process notifies them instead, so a webhook's dispatches start
     within milliseconds. Tasks from other processes are still found by polling.
+    ``busy()`` says intake is busy (see ``IntakeHold``).
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
+        self.hold = IntakeHold()
+
+    def busy(self) -> None:
+        self.hold.busy()
 
     def notify(self, n: int = 1) -> None:
         with self._cond:
@@ -107,8 +144,25 @@ class Wakeup:
             return self._cond.wait(timeout)
 
 
+def apply_wake_bytes(chunk: bytes, wakeup: Wakeup) -> None:
+    """What ``crcr serve`` wrote to its worker child's stdin: ``b"w"`` wakes a worker, ``b"b"`` says intake is busy."""
+    if b"b" in chunk:
+        wakeup.busy()
+    wakes = len(chunk) - chunk.count(b"b")
+    if wakes:
+        wakeup.notify(wakes)
+
+
 class _WakeableWorker(Worker):
     wakeup: Wakeup
+
+    def loop(self, now: Any = None) -> None:
+        hold = self.wakeup.hold
+        while not hold.may_start():  # intake is busy: leave the task in the queue for now
+            if self.stop_flag.is_set():
+                return
+            time.sleep(0.02)
+        super().loop(now)
 
     def sleep(self) -> None:
         if self.delay > self.max_delay:

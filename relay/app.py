@@ -30,6 +30,8 @@ from relay.worker_process import WorkerProcess
 
 log = logging.getLogger("crcr.relay")
 
+INTAKE_WRITERS = 4  # intake transactions in flight at once on PostgreSQL (relay.group_commit)
+
 
 def create_app(settings: Settings, *, runtime: Runtime | None = None, start_worker: bool = True,
                start_sweeper: bool = True, workers: int | None = None, migrate: bool = True,
@@ -51,8 +53,10 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     checkpointer = Checkpointer(runtime.engine)
     # SQLite (local, no network wait) with a file allowlist: write on the event loop
     inline = runtime.engine.dialect.name == "sqlite" and not runtime.allowlist.is_url
+    # PostgreSQL: overlapping transactions (SQLite has one writer at a time anyway)
+    writers = 1 if runtime.engine.dialect.name == "sqlite" else INTAKE_WRITERS
     writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None,
-                         inline=inline)
+                         inline=inline, writers=writers)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

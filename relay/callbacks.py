@@ -9,7 +9,7 @@ Order of checks, each with its own answer:
    (CRCR's action calls with ``curl --fail-with-body``; an error would turn it red);
 4. over ``callback_rate_per_minute`` for that repo -> 429 with ``Retry-After``;
 5. not JSON / schema violation -> 400;
-6. the state machine (``relay.jobs``) refuses -> 409 (no dispatch, duplicate, skipped step);
+6. the state machine (``relay.jobs``) refuses -> 409 (no dispatch, duplicate), 400 (a skipped step: completed before in_progress, as CRCR);
 7. accepted -> 200 with the job's state, queue and execution times; a malformed
    ``triage_verdict`` is dropped whole and named in ``warnings``.
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from crcr.errors import ConfigError
@@ -50,9 +50,55 @@ def sign(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
+try:  # optional (the `fast` extra): parses a 23 KB payload in 40 us instead of 100 us
+    import orjson
+
+    _fast_loads: Callable[[bytes], Any] | None = orjson.loads
+    _FastError: type[Exception] = orjson.JSONDecodeError
+except ImportError:  # pragma: no cover - the stdlib parser answers the same
+    _fast_loads, _FastError = None, ValueError
+
+
+def parse_json(body: bytes) -> Any:
+    """The payload as Python objects: orjson when installed, the stdlib for anything it refuses.
+
+    orjson is strict where ``json`` is lenient (NaN, integers over 64 bits, lone
+    surrogates, a byte-order mark, UTF-16): such a body goes to ``json.loads``, so the
+    answers (and what is stored) are exactly those of the stdlib parser. Raises
+    ``ValueError`` or ``RecursionError`` as ``json.loads`` does.
+    """
+    if _fast_loads is not None:
+        try:
+            return _fast_loads(body)
+        except _FastError:
+            pass
+    return json.loads(body)
+
+
 def _answer(code: int, **body: Any) -> JSONResponse:
     headers = {"Retry-After": "5"} if code == 503 else None
     return JSONResponse(body, status_code=code, headers=headers)
+
+
+class _Accepted(Response):
+    """The 202 of a dispatched delivery, built without JSONResponse's generic encoding.
+
+    The body is byte for byte what ``_answer(202, status="accepted", ...)`` renders: the
+    delivery id matched ``DELIVERY_RE`` (no character JSON escapes) and ``dispatches``
+    and ``held`` are ints.
+    """
+
+    media_type = "application/json"
+
+    def __init__(self, delivery_id: str, dispatches: int, held: int) -> None:
+        self.status_code = 202
+        self.background = None
+        tail = f',"held":{held}}}' if held else "}"
+        self.body = f'{{"status":"accepted","delivery_id":"{delivery_id}","dispatches":{dispatches}{tail}'.encode()
+        self.raw_headers = [(b"content-length", str(len(self.body)).encode()), _JSON_TYPE]
+
+
+_JSON_TYPE = (b"content-type", b"application/json")
 
 
 class _TooLarge(Exception):
@@ -210,7 +256,7 @@ class WebhookFastPath:
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
 @router.post("/github/webhook", include_in_schema=False)  # CRCR's path: GitHub's webhook URL can stay
-async def webhook(request: Request) -> JSONResponse:
+async def webhook(request: Request) -> Response:
     runtime: Runtime = request.app.state.runtime
     secret: bytes = request.app.state.webhook_secret
     limit = runtime.settings.max_webhook_bytes
@@ -238,7 +284,7 @@ async def webhook(request: Request) -> JSONResponse:
     if not DELIVERY_RE.match(delivery_id) or ".." in delivery_id or delivery_id.startswith("/"):
         return _reject(request, 400, "missing or malformed X-GitHub-Delivery")
     try:
-        payload = json.loads(body)
+        payload = parse_json(body)
     except (ValueError, RecursionError):
         return _reject(request, 400, "body is not JSON")
     if not isinstance(payload, dict):
@@ -261,8 +307,18 @@ async def webhook(request: Request) -> JSONResponse:
     return _answer_for(runtime, stored)
 
 
-def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
+def _answer_for(runtime: Runtime, stored: Stored) -> Response:
     metrics, event, info = runtime.metrics, stored.event, stored.info
+    if stored.dispatch_ids and stored.hook is None and not stored.duplicate:
+        # the common case, on the hot path: logged once per batch by relay.group_commit
+        # (every delivery stays listed by `crcr deliveries`), counted here
+        metrics.deliveries.labels(event, "accepted").inc()
+        if stored.held:
+            metrics.held.inc(stored.held)
+        if log.isEnabledFor(logging.DEBUG):
+            with log_context(delivery_id=stored.delivery_id, repo=info.repo, pr=info.pr_number):
+                log.debug("%s.%s accepted: %d dispatch(es)", event, info.action, len(stored.dispatch_ids))
+        return _Accepted(stored.delivery_id, len(stored.dispatch_ids), stored.held)
     with log_context(delivery_id=stored.delivery_id, repo=info.repo, pr=info.pr_number):
         if stored.duplicate:
             # this X-GitHub-Delivery is already stored (a redelivery, or a concurrent twin)
@@ -275,18 +331,12 @@ def _answer_for(runtime: Runtime, stored: Stored) -> JSONResponse:
             # 202 when a new dispatch was created; CRCR's Actions API re-run answers 200 as CRCR does
             return _answer(202 if "dispatch_id" in stored.hook else 200, delivery_id=stored.delivery_id,
                            **stored.hook)
-        if stored.held:
+        if stored.held:  # trust gating: stored as awaiting approval (no target dispatched)
             metrics.held.inc(stored.held)
-        if not stored.dispatch_ids and stored.held:  # trust gating: stored as awaiting approval
             metrics.deliveries.labels(event, "held").inc()
             log.info("%s held for approval: %s", event, stored.reason)
             return _answer(200, status="held", delivery_id=stored.delivery_id, reason=stored.reason, held=stored.held)
-        if not stored.dispatch_ids:
-            metrics.deliveries.labels(event, "ignored").inc()
-            log.info("%s recorded as ignored: %s", event, stored.reason)
-            return _answer(200, status="ignored" if event != "ping" else "pong", delivery_id=stored.delivery_id,
-                           reason=stored.reason)
-        metrics.deliveries.labels(event, "accepted").inc()
-        log.info("%s.%s accepted: %d dispatch(es)", event, info.action, len(stored.dispatch_ids))
-        return _answer(202, status="accepted", delivery_id=stored.delivery_id, dispatches=len(stored.dispatch_ids),
-                       **({"held": stored.held} if stored.held else {}))
+        metrics.deliveries.labels(event, "ignored").inc()
+        log.info("%s recorded as ignored: %s", event, stored.reason)
+        return _answer(200, status="ignored" if event != "ping" else "pong", delivery_id=stored.delivery_id,
+                       reason=stored.reason)

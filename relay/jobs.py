@@ -211,8 +211,9 @@ def apply_callback(
             what = "duplicate" if target_state == job.state else "out-of-order"
             raise CallbackRejected(409, f"{what} callback: job is already {job.state}, got {status}")
     elif target_state == COMPLETED and not self_scheduled:
-        # nightly/periodic runs report only `completed` (CRCR's action never sends in_progress there)
-        raise CallbackRejected(409, "completed before in_progress: a job must report in_progress first")
+        # nightly/periodic runs report only `completed` (CRCR's action never sends in_progress there);
+        # 400 as CRCR (utils/redis_helper.py set_callback_state: None -> COMPLETED is an invalid transition)
+        raise CallbackRejected(400, "completed before in_progress: a job must report in_progress first")
 
     warnings: list[str] = []
     if job is None:

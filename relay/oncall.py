@@ -33,7 +33,14 @@ def push_and_ping(runtime: Any, row_id: int) -> None:
 
 
 def ping_for_check(runtime: Any, row_id: int) -> int | None:
-    """Write or update the PR's on-call comment if ``row_id``'s job failed; returns the comment id."""
+    """Write or update the PR's on-call comment if ``row_id``'s job failed; returns the comment id.
+
+    With ``CRCR_CHECK_SINK=local`` (crcr demo, a relay without a GitHub App) check runs
+    go to files and there is no PR to comment on: pings are skipped (a DEBUG line).
+    """
+    if getattr(runtime.settings, "check_sink", "github") == "local":
+        log.debug("check sink is local: no on-call ping for check row %s", row_id)
+        return None
     allow = runtime.allowlist.get()
     with runtime.sessions() as s:
         row = s.get(CheckRun, row_id)

@@ -17,26 +17,44 @@ import os
 import subprocess
 import sys
 import threading
+import time
+from typing import Any
 
 log = logging.getLogger("crcr.relay")
 
 NICE = 10  # the child's CPU priority below the API's: intake first, sending when there is room
 
 
+WAKE, BUSY = b"w", b"b"  # the bytes the child reads: wake a worker; intake is busy (crcr.queue.IntakeHold)
+
+
 class PipeWakeup:
     """A ``crcr.queue.Wakeup`` look-alike whose ``notify`` wakes the child through its stdin."""
 
-    def __init__(self) -> None:
-        self.fd: int | None = None
+    BUSY_EVERY_S = 0.05  # at most one busy byte per interval (the child holds for longer)
 
-    def notify(self, n: int = 1) -> None:
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.fd: int | None = None
+        self.clock = clock
+        self._busy_at = -1.0
+
+    def _write(self, data: bytes) -> None:
         fd = self.fd
         if fd is None:
             return
         try:
-            os.write(fd, b"w" * max(1, min(n, 64)))
+            os.write(fd, data)
         except (BlockingIOError, BrokenPipeError, OSError):
             pass  # full: wake-ups are pending; gone: the supervisor restarts the child
+
+    def notify(self, n: int = 1) -> None:
+        self._write(WAKE * max(1, min(n, 64)))
+
+    def busy(self) -> None:
+        now = self.clock()
+        if now - self._busy_at >= self.BUSY_EVERY_S:
+            self._busy_at = now
+            self._write(BUSY)
 
     def wait(self, timeout: float) -> bool:  # pragma: no cover - only the child waits
         raise NotImplementedError

@@ -27,7 +27,7 @@ def worker(
     import threading
 
     from crcr.logs import configure_logging
-    from crcr.queue import WakeableConsumer, Wakeup
+    from crcr.queue import WakeableConsumer, Wakeup, apply_wake_bytes
     from crcr.settings import get_settings
     from crcr.store.migrate import upgrade
     from relay.runtime import Runtime
@@ -58,8 +58,8 @@ def worker(
         wakeup = runtime.wakeup = Wakeup()
 
         def read_wakeups() -> None:
-            while chunk := os.read(0, 4096):  # one byte per enqueue of the parent
-                wakeup.notify(len(chunk))
+            while chunk := os.read(0, 4096):  # one byte per enqueue of the parent, or "intake is busy"
+                apply_wake_bytes(chunk, wakeup)
             os.kill(os.getpid(), signal.SIGINT)  # the parent closed the pipe (or died): stop gracefully
 
         threading.Thread(target=read_wakeups, name="crcr-wake-stdin", daemon=True).start()

@@ -44,7 +44,7 @@ def test_image_runs_serve_as_non_root_without_torch():
     user = re.findall(r"^USER (\S+)", text, re.M)
     assert user and user[-1].split(":")[0] not in ("root", "0")
     installs = " ".join(re.findall(r"pip install[^\n]*", text))
-    assert "crcr[postgres,redis]" in installs and "torch" not in installs
+    assert "crcr[postgres,redis,fast]" in installs and "torch" not in installs
     assert 'ENTRYPOINT ["crcr"]' in text and 'CMD ["serve"]' in text
     # everything COPY'd from the build context survives the dockerignore
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text()

@@ -79,7 +79,7 @@ def test_the_image_build_steps_produce_a_relay_that_serves_without_torch(tmp_pat
     (wheel,) = wheels.glob(f"crcr-{version}-*.whl")  # the version the image pins is the one built
     names = zipfile.ZipFile(wheel).namelist()
     assert "relay/dashboard/pages.py" in names and "crcr/data/demo/pull_request.opened.json" in names
-    # stage 2: RUN pip install --find-links /wheels "crcr[postgres,redis]==${CRCR_VERSION}" (deps: this env's)
+    # stage 2: RUN pip install --find-links /wheels "crcr[postgres,redis,fast]==${CRCR_VERSION}" (deps: this env's)
     site = tmp_path / "image-site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(site),
                         "--find-links", str(wheels), f"crcr=={version}"], capture_output=True, text=True, timeout=600)

@@ -68,7 +68,7 @@ def test_duplicate_and_replayed_completion_are_refused(h):
 def test_skipped_step_is_refused(h):
     h.dispatch("d-1", "org/l2repo")
     r = h.callback("completed", "d-1", conclusion="success")
-    assert r.status_code == 409
+    assert r.status_code == 400  # as CRCR
     assert "in_progress first" in r.json()["error"]
     assert h.jobs() == []
 
@@ -194,3 +194,20 @@ def test_storage_failure_is_503_not_500(h):
     r = h.callback("in_progress", "d-1")
     assert r.status_code == 503
     assert "storage" in r.json()["error"]
+
+
+def test_local_check_sink_skips_oncall_pings_quietly(tmp_path, caplog):
+    """CRCR_CHECK_SINK=local (crcr demo): no GitHub to comment on; no ConfigError traceback either."""
+    import logging
+
+    from relay import checks as relay_checks
+    from tests.relay.callbacks_harness import harness as callbacks_harness
+
+    with callbacks_harness(tmp_path, check_sink="local") as h, caplog.at_level(logging.INFO):
+        h.dispatch("d-oncall", "org/l4repo")
+        assert h.callback("in_progress", "d-oncall", repo="org/l4repo").status_code == 200
+        assert h.callback("completed", "d-oncall", repo="org/l4repo", conclusion="failure").status_code == 200
+        assert relay_checks.wait_for_background()
+        (check,) = h.checks()
+        assert check.github_id is not None  # the check run went to the local sink
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text

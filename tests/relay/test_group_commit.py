@@ -58,3 +58,29 @@ def test_concurrent_requests_are_each_answered_after_their_commit(runtime, inlin
             assert delivery(runtime, r.delivery_id) is not None
             assert len(rows(runtime, r.delivery_id)) == 3
     assert 1 <= writer.batches <= 42
+
+
+def test_several_writer_threads_store_twins_once_without_deadlock(runtime):
+    """Four writers (crcr serve on PostgreSQL): twins in concurrent batches, in opposite orders."""
+    import random
+
+    writer = GroupWriter(runtime, writers=4)
+    ids = [f"t{i:03d}" for i in range(150)]
+    # every id twice, over more than two batches (at most MAX_BATCH each) that different
+    # threads write at the same time: twins land in concurrent transactions
+    order = ids + ids[::-1]
+    random.Random(9).shuffle(order)
+
+    async def burst():
+        return await asyncio.gather(*(writer.store(_incoming(i)) for i in order), return_exceptions=True)
+
+    try:
+        results = asyncio.run(burst())
+    finally:
+        writer.stop()
+    assert not [r for r in results if isinstance(r, BaseException)]  # no deadlock, no 503
+    stored = [r for r in results if not r.duplicate]
+    assert sorted(r.delivery_id for r in stored) == ids  # each stored and acknowledged exactly once
+    for r in stored:
+        assert len(rows(runtime, r.delivery_id)) == 3 == len(r.dispatch_ids)
+    assert writer.batches >= 3

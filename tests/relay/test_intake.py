@@ -188,3 +188,42 @@ def test_unreadable_allowlist_is_503_not_a_lost_delivery_and_readyz_fails(tmp_pa
         assert r.status_code == 202
         assert [x.target for x in rows(client.app.state.runtime, "no-allowlist")] == ["org/l4"]
         assert client.get("/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("oddity", [b'"big": 123456789012345678901234567890', b'"nan": NaN', b'"s": "\\ud800"'])
+def test_json_the_fast_parser_refuses_is_read_as_the_stdlib_reads_it(relay, oddity):
+    """orjson is stricter than json (integers over 64 bits, NaN, lone surrogates): same answers as before."""
+    client, runtime = relay
+    body = json.dumps(pr_payload()).encode()[:-1] + b", " + oddity + b"}"
+    r = post_webhook(client, "pull_request", None, body=body, delivery="odd")
+    assert r.status_code == 202 and r.json() == {"status": "accepted", "delivery_id": "odd", "dispatches": 3}
+    assert delivery(runtime, "odd").payload == body.decode()
+
+
+def test_accepted_answer_is_what_json_response_renders():
+    from fastapi.responses import JSONResponse
+
+    from relay.intake import _Accepted
+
+    for held in (0, 2):
+        extra = {"held": held} if held else {}
+        want = JSONResponse({"status": "accepted", "delivery_id": "a.b:c/d-1", "dispatches": 3, **extra},
+                            status_code=202)
+        got = _Accepted("a.b:c/d-1", 3, held)
+        assert (got.status_code, got.body, sorted(got.raw_headers)) == (202, want.body, sorted(want.raw_headers))
+
+
+def test_accepted_deliveries_are_logged_once_per_interval_not_per_delivery(relay, caplog):
+    import logging
+
+    client, runtime = relay
+    with caplog.at_level(logging.INFO, logger="crcr.relay.intake"):
+        for i in range(3):
+            assert post_webhook(client, "pull_request", pr_payload(), delivery=f"acc-{i}").status_code == 202
+        lines = [rec.getMessage() for rec in caplog.records if rec.getMessage().startswith("accepted ")]
+        # the first after a quiet spell at once, with its id; the next two wait for the interval's line
+        assert lines == ["accepted 1 delivery, 3 dispatch row(s): acc-0 (pull_request.opened)"]
+        client.app.state.intake_writer.accepted_log.flush()  # the interval ends (or the app stops)
+    lines = [rec.getMessage() for rec in caplog.records if rec.getMessage().startswith("accepted ")]
+    assert lines[1:] == ["accepted 2 deliveries, 6 dispatch row(s): acc-1 (pull_request.opened), "
+                         "acc-2 (pull_request.opened)"]

@@ -33,6 +33,24 @@ def test_migrations_create_every_table_with_no_drift(database_url):
         engine.dispose()
 
 
+@pytest.mark.postgres
+def test_postgres_compresses_delivery_payloads_with_lz4(postgres_url):
+    """pglz cost the server ~2 ms of CPU per 23 KB payload stored; lz4 ~0.4 ms (migration 0006)."""
+    import sqlalchemy as sa
+
+    engine = make_engine(postgres_url)
+    try:
+        upgrade(engine)
+        with engine.begin() as conn:
+            assert "lz4" in conn.execute(sa.text(
+                "SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'")).scalar()
+            method = conn.execute(sa.text("SELECT attcompression FROM pg_attribute WHERE attname = 'payload' "
+                                          "AND attrelid = 'deliveries'::regclass")).scalar()
+            assert method == "l"  # lz4 (pglz is 'p', the default '')
+    finally:
+        engine.dispose()
+
+
 def test_redact_masks_tokens_keys_and_signatures():
     text = ("token ghs_abcdefghijklmnopqrstuvwxyz0123 sig sha256=" + "a" * 64 +
             " Authorization: Bearer eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiIxMjMifQ.c2lnbmF0dXJlLXNpZw"
