@@ -15,7 +15,8 @@ committed), and:
    operator, ``not``, small integer / boolean constant and returned value inside a
    function body of a torch module that some candidate file executes, excluding lines that
    ``import torch`` itself executes (a fault there breaks every file and says nothing about
-   selection). ``--seed`` shuffles them; at most ``--per-module`` mutants per module and
+   selection), in the user-facing subfolders of ``TARGETS`` (fixed before any case was
+   generated). ``--seed`` shuffles them; at most ``--per-module`` mutants per module and
    ``--per-subfolder`` per torch subfolder are taken, in that order;
 3. each mutant runs every candidate file that executes its line (a file that never executes
    the changed statement behaves exactly as without it), with the per-test timeout; a test
@@ -55,6 +56,13 @@ RUN_TIMEOUT_S = 600
 TEST_TIMEOUT_S = 60
 MEMORY_LIMIT = 6_000_000_000  # address space: a mutant that loops while allocating dies, the machine is shared
 SKIP_PREFIXES = ("testing/_internal/", "_vendor/", "include/", "share/", "utils/hipify/")
+# The torch code the cases are about, fixed before any case was generated: the user-facing Python
+# subfolders (not the import machinery, dynamo or device runtimes that test infrastructure touches).
+TARGETS = ("nn/", "_refs/", "_decomp/", "_prims_common/", "_prims/", "optim/", "autograd/", "distributions/",
+           "utils/data/", "fx/", "masked/", "special/", "_tensor.py", "_tensor_str.py", "functional.py",
+           "testing/_comparison.py", "testing/_creation.py", "utils/_pytree.py", "utils/checkpoint.py",
+           "utils/module_tracker.py", "utils/_appending_byte_serializer.py", "nested/", "func/", "_functorch/",
+           "futures/", "distributed/optim/")
 
 HOOK = '''
 import importlib.abc, importlib.util, os, sys
@@ -228,7 +236,7 @@ def mutation_points(rel: str, source: str, covered: set[int], at_import: set[int
                 continue
             live = stmt.lineno in covered and stmt.lineno not in at_import
             for node in _own_nodes(stmt) if live else ():
-                if getattr(node, "end_lineno", None) != node.lineno:
+                if not isinstance(node, ast.expr | ast.Return) or node.end_lineno != node.lineno:
                     continue
                 text = lines[node.lineno - 1].encode()
                 for op, new in _variants(node):
@@ -341,6 +349,8 @@ def main() -> None:
     ap.add_argument("--per-subfolder", type=int, default=5)
     ap.add_argument("--max-mutants", type=int, default=0, help="only the first N chosen mutants (0: all)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (the machine is shared: keep it small)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the cases already in --out and skip mutants already run in --work (a larger batch)")
     ap.add_argument("--list", action="store_true", help="only list the chosen mutants")
     args = ap.parse_args()
     import importlib.util
@@ -357,7 +367,7 @@ def main() -> None:
             covered.setdefault(rel, set()).update(lines)
     points: list[Mutant] = []
     for rel in sorted(covered):
-        if rel.startswith(SKIP_PREFIXES) or not rel.endswith(".py"):
+        if rel.startswith(SKIP_PREFIXES) or not rel.startswith(TARGETS) or not rel.endswith(".py"):
             continue
         imp = {n for p, n in at_import if p == rel}
         points += mutation_points(rel, (torch_dir / rel).read_text(encoding="utf-8"), covered[rel], imp)
@@ -371,6 +381,10 @@ def main() -> None:
             print(f"  {m.id}: {m.path}:{m.line} -> {m.new!r}")
         return
     cases, dropped = [], []
+    if args.append and args.out.is_file():
+        cases = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        chosen = [m for m in chosen if not (args.work / "mutants" / m.id / "junit.xml").is_file()]
+        print(f"--append: {len(cases)} cases kept, {len(chosen)} mutants not run yet", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
 

@@ -599,7 +599,7 @@ def pick_cmd(
     from crcr.fileio import atomic_write_text
     from selector.changes import change_from_diff, change_from_github, github_client, pr_from_event
     from selector.filepick import pick_files
-    from selector.importgraph import cached_torch_graph
+    from selector.importgraph import cached_torch_graph, graph_cache
     from selector.inventory.opdb import load_opdb
     from selector.inventory.sources import installed_torch_dir
     from selector.inventory.test_times import FILE_LEVEL_ID, file_times
@@ -640,7 +640,7 @@ def pick_cmd(
     torch_dir = installed_torch_dir()
     from importlib.metadata import version
 
-    graph = cached_torch_graph(torch_dir, data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    graph = cached_torch_graph(torch_dir, graph_cache(data_dir, version("torch")))
     universe = build_universe(the_plan, file_times(TEST_TIMES, all_configs=True), inv, unplanned=unplanned,
                               results=runs, torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
     if keyword_weights is not None or KEYWORD_WEIGHTS.is_file():
@@ -712,7 +712,7 @@ def evaluate_cmd(
     from crcr.data import TEST_TIMES
     from crcr.fileio import atomic_write_text
     from selector.evaluate import evaluate, load_cases, render_table
-    from selector.importgraph import cached_torch_graph
+    from selector.importgraph import cached_torch_graph, graph_cache
     from selector.inventory.opdb import load_opdb
     from selector.inventory.sources import installed_torch_dir
     from selector.inventory.test_times import file_times
@@ -720,7 +720,7 @@ def evaluate_cmd(
 
     data_dir = _settings().data_dir
     the_cases = load_cases(cases)
-    graph = cached_torch_graph(installed_torch_dir(), data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    graph = cached_torch_graph(installed_torch_dir(), graph_cache(data_dir, version("torch")))
     universe = build_universe(load_plan(plan) if plan else None, file_times(TEST_TIMES, all_configs=True),
                               torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir))
     report = evaluate(the_cases, universe)
