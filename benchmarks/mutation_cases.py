@@ -400,7 +400,7 @@ def main() -> None:
             failing = got["failing"]
             case = {"id": m.id, "kind": "mutation", "diff": got["diff"], "subfolder": subfolder(m.path),
                     "split": split_of(m.id, args.seed), "failing_files": sorted({t.split("::", 1)[0] for t in failing}),
-                    "failing_tests": failing, "ran_files": runs,
+                    "failing_tests": failing, "ran_files": runs, "reference_files": files,
                     "source": f"seeded overlay mutant ({m.op}) of torch/{m.path}:{m.line} on the installed torch; "
                               f"reference: the {len(files)} candidate files of pytorch/pytorch test/ in the scratch "
                               f"checkout, each file that executes the line run with and without it"}

@@ -7,10 +7,12 @@ A case (one JSON line) is a change and what it broke::
      "failing_files": ["test/test_nn.py"], "failing_tests": ["test/test_nn.py::TestNN::test_x"],
      "source": "where the files and failing tests were read",
      "subfolder": "nn" (optional: the torch subfolder of the change; else read from its first torch path),
-     "split": "tune" | "held-out" (optional: which half a change to the pick may be tuned on)}
+     "split": "tune" | "held-out" (optional: which half a change to the pick may be tuned on),
+     "reference_files": [...] (optional: the files whose outcome is known, e.g. the candidate files a mutation
+                        case ran; default every file)}
 
-For each ranking (every signal alone, all signals combined, a seeded random order and a
-path-keyword-only order) and each budget share of the total test time, it reports:
+For each ranking (every signal alone, all signals combined, a seeded random order, a
+path-keyword-only order and the cheapest files first) and each budget share of the total test time, it reports:
 change recall (share of cases with at least one failing file picked), file recall
 (share of failing files picked, averaged over cases), selection rate (picked time over
 total time) and APFD of the ranking (failing files found early, weighted by time); the
@@ -53,6 +55,7 @@ class Case:
     source: str = ""
     subfolder: str = ""
     split: str = ""
+    known_files: list[str] | None = None  # files whose outcome the case knows (None: all)
 
 
 def subfolder_of(paths: list[str]) -> str:
@@ -87,7 +90,8 @@ def load_cases(path: Path) -> list[Case]:
                 raise ValueError("failing_files is empty")
             cases.append(Case(str(d["id"]), str(d.get("kind", "mutation")), change, failing,
                               sorted(set(d.get("failing_tests") or [])), str(d.get("source") or ""),
-                              str(d.get("subfolder") or subfolder_of(change.paths)), str(d.get("split") or "")))
+                              str(d.get("subfolder") or subfolder_of(change.paths)), str(d.get("split") or ""),
+                              sorted(set(d["reference_files"])) if d.get("reference_files") else None))
         except (ValueError, KeyError, TypeError) as exc:
             raise SelectorInputError(f"{path}:{n}: not a case ({exc})",
                                      hint="each line needs id, failing_files and a diff or paths") from None
@@ -108,7 +112,8 @@ def _ranking(case: Case, universe: Universe, signals: tuple, weights: dict[str, 
 def cross_fitted_weights(cases: list[Case], universe: Universe) -> dict[str, dict[str, float]]:
     """Case id -> path-keyword weights learned only from the cases of the other half."""
     halves = sorted({_half(c) for c in cases})
-    learned = {h: learn([(c.change.paths, c.failing_files) for c in cases if _half(c) != h], universe.files)
+    learned = {h: learn([(c.change.paths, c.failing_files, c.known_files) for c in cases if _half(c) != h],
+                        universe.files)
                for h in halves}
     return {c.id: learned[_half(c)] for c in cases}
 
@@ -167,7 +172,7 @@ def _measure(orders: dict[str, list[str]], cases: list[Case], universe: Universe
     return out
 
 
-GROUPED = ("combined", "baseline:random", "baseline:path-keyword")  # the rows shown per subfolder and split
+GROUPED = ("combined", "baseline:random", "baseline:path-keyword", "baseline:cheapest-first")  # the rows shown per subfolder and split
 
 
 def evaluate(cases: list[Case], universe: Universe) -> dict[str, Any]:
@@ -194,6 +199,9 @@ def evaluate(cases: list[Case], universe: Universe) -> dict[str, Any]:
         orders["baseline:path-keyword"] = [{c.id: _fill(_ranking(c, universe, kw, weights[c.id]), universe, seed=0)
                                             for c in group}]
         orders["baseline:random"] = [{c.id: _fill([], universe, seed=s) for c in group} for s in range(RANDOM_SEEDS)]
+        # No signal at all, cheapest files first: what ranking by cost alone buys under a time budget.
+        cheapest = sorted(universe.files, key=lambda f: (universe.durations[f], f))
+        orders["baseline:cheapest-first"] = [{c.id: cheapest for c in group}]
 
         block: dict[str, Any] = {"cases": len(group), "rankings": _rows(orders, group, universe)}
         for field_name, key in (("subfolders", lambda c: c.subfolder), ("splits", lambda c: c.split)):

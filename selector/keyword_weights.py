@@ -36,15 +36,21 @@ def changed_words(paths: Iterable[str]) -> set[str]:
     return out
 
 
-def learn(cases: Iterable[tuple[list[str], list[str]]], files: Iterable[str]) -> dict[str, float]:
-    """Keyword -> weight from (changed paths, failing files) pairs over the candidate test files."""
+def learn(cases: Iterable[tuple[list[str], list[str], list[str] | None]], files: Iterable[str]) -> dict[str, float]:
+    """Keyword -> weight from (changed paths, failing files, files whose outcome is known) over the candidate
+    test files. Only a file whose outcome the case knows can make a keyword right or wrong: a mutation case
+    ran a fixed set of upstream files, and a keyword that matches only files outside it learns nothing there
+    (``None``: every file's outcome is known, as in upstream CI)."""
     file_words = {f: words(f.removeprefix("test/")) for f in sorted(files)}
     right: Counter[str] = Counter()
     matched: Counter[str] = Counter()
-    for paths, failing in cases:
+    for paths, failing, known in cases:
         changed = changed_words(paths)
         bad = set(failing)
+        seen = set(known) if known is not None else None
         for f, fw in file_words.items():
+            if seen is not None and f not in seen:
+                continue
             for w in changed & fw:
                 matched[w] += 1
                 right[w] += f in bad
@@ -52,8 +58,8 @@ def learn(cases: Iterable[tuple[list[str], list[str]]], files: Iterable[str]) ->
     if not total:
         return {}
     pooled = sum(right.values()) / total
-    out = {w: round((right[w] + STRENGTH * pooled) / (matched[w] + STRENGTH), 4) for w in sorted(matched)}
-    out[POOLED] = round(pooled, 4)
+    out = {w: max(1e-4, round((right[w] + STRENGTH * pooled) / (matched[w] + STRENGTH), 4)) for w in sorted(matched)}
+    out[POOLED] = max(1e-4, round(pooled, 4))
     return out
 
 

@@ -730,6 +730,6 @@ def evaluate_cmd(
     if write_keyword_weights is not None:
         from selector.keyword_weights import learn, save
 
-        weights = learn([(c.change.paths, c.failing_files) for c in the_cases], universe.files)
+        weights = learn([(c.change.paths, c.failing_files, c.known_files) for c in the_cases], universe.files)
         save(write_keyword_weights, weights, f"{len(the_cases)} cases of {cases.name} over {len(universe.files)} files")
         typer.echo(f"{len(weights) - 1} keyword weights -> {write_keyword_weights}")

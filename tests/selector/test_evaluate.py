@@ -29,7 +29,11 @@ def test_signals_beat_random_on_cases_they_see(tmp_path):
     ])
     report = evaluate(cases, _universe())
     rows = report["kinds"]["mutation"]["rankings"]
-    assert {"combined", "baseline:random", "baseline:path-keyword", "import-graph", "path-keyword"} <= set(rows)
+    assert {"combined", "baseline:random", "baseline:path-keyword", "baseline:cheapest-first", "import-graph",
+            "path-keyword"} <= set(rows)
+    # cheapest first: both failing files (200 s, 360 s) lie in the cheapest quarter of the 6,920 s
+    assert rows["baseline:cheapest-first"]["0.25"]["file_recall"] == 1.0
+    assert rows["baseline:cheapest-first"]["0.25"]["selection_rate"] <= 0.25
     assert rows["combined"]["0.25"]["file_recall"] == 1.0
     assert rows["combined"]["0.25"]["selection_rate"] <= 0.25
     assert rows["baseline:random"]["0.25"]["file_recall"] < 1.0
@@ -64,7 +68,7 @@ def test_figures_per_subfolder_and_split_with_both_baselines(tmp_path):
     assert set(block["splits"]) == {"tune", "held-out"}
     assert block["splits"]["held-out"]["cases"] == 2
     nn = block["subfolders"]["nn"]["rankings"]
-    assert set(nn) == {"combined", "baseline:random", "baseline:path-keyword"}
+    assert set(nn) == {"combined", "baseline:random", "baseline:path-keyword", "baseline:cheapest-first"}
     assert nn["combined"]["0.25"]["file_recall"] == 1.0
     table = render_table(report)
     assert "by torch subfolder" in table and "utils/data" in table and "by split" in table
@@ -81,14 +85,18 @@ def test_subfolder_of_a_change():
 def test_keyword_weights_are_learned_from_how_often_they_were_right(tmp_path):
     files = ["test/test_dataloader.py", "test/distributions/test_constraints.py",
              "test/distributions/test_distributions.py", "test/distributions/test_transforms.py"]
-    cases = [(["torch/utils/data/dataloader.py"], ["test/test_dataloader.py"]),
-             (["torch/distributions/constraints.py"], ["test/distributions/test_constraints.py"]),
-             (["torch/distributions/transforms.py"], ["test/distributions/test_transforms.py"])]
+    cases = [(["torch/utils/data/dataloader.py"], ["test/test_dataloader.py"], None),
+             (["torch/distributions/constraints.py"], ["test/distributions/test_constraints.py"], None),
+             (["torch/distributions/transforms.py"], ["test/distributions/test_transforms.py"], None)]
     w = learn(cases, files)
     # 'constraints' pointed at the failing file every time; 'distributions' matched 3 files a case, right 2 in 6
     assert w["constraints"] > w["distributions"]
     assert w["dataloader"] > 0.5 > w["distributions"]
     assert 0 < w["*"] < 1
+    # a case that ran only some files teaches nothing about keywords of the files it did not run
+    only = learn([(["torch/distributions/constraints.py"], ["test/distributions/test_constraints.py"],
+                   ["test/distributions/test_constraints.py"])], files)
+    assert only["constraints"] > 0.5 and only["distributions"] > 0.5
     save(tmp_path / "kw.json", w, "3 hand-made cases")
     assert load(tmp_path / "kw.json") == w
     (tmp_path / "bad.json").write_text('{"version": 1, "weights": {"nn": 7}}')
