@@ -1,189 +1,418 @@
-"""Mutation cases for ``crcr select evaluate``: a fault in one torch Python module, through an overlay.
+"""Mutation cases for ``crcr select evaluate``: seeded faults in torch Python sources, through an overlay.
 
-The installed torch is never modified. Each mutant is a mutated copy of one module in a
-temporary directory; a ``sitecustomize.py`` on ``PYTHONPATH`` installs an import hook
-that loads that one module from the copy. The candidate upstream test files (read into
-a scratch checkout, never committed) run once without and once with the mutant; the
-tests that pass without it and fail with it are the case's failing tests. Mutants no
-test notices are reported and left out.
+The installed torch is never modified, and no copy of torch is kept: each mutant is one
+mutated module written to a temporary directory, loaded in place of the installed one by
+an import hook (a ``sitecustomize.py`` on ``PYTHONPATH``), so nothing else changes.
+
+The reference is independent of the pick. The candidate upstream test files are fixed up
+front (every ``test/**/test_*.py`` of a scratch checkout read from pytorch/pytorch, never
+committed), and:
+
+1. each candidate file runs once, alone, under coverage of the installed torch's Python
+   sources: its per-test outcomes (JUnit) are the reference outcomes, and its executed
+   lines say which mutants it can possibly notice;
+2. mutation points are every single-line comparison, boolean operator, arithmetic
+   operator, ``not``, small integer / boolean constant and returned value inside a
+   function body of a torch module that some candidate file executes, excluding lines that
+   ``import torch`` itself executes (a fault there breaks every file and says nothing about
+   selection), in the user-facing subfolders of ``TARGETS`` (fixed before any case was
+   generated). ``--seed`` shuffles them; at most ``--per-module`` mutants per module and
+   ``--per-subfolder`` per torch subfolder are taken, in that order;
+3. each mutant runs every candidate file that executes its line (a file that never executes
+   the changed statement behaves exactly as without it), with the per-test timeout; a test
+   that passed in the reference and fails, errors or does not run under the mutant is a
+   failing test. Mutants no test notices are reported and left out.
+
+Each case says which tune / held-out half it belongs to (from a hash of its id and the seed,
+fixed before any pick ran on it), so a change to the pick tuned on one half is measured
+on the other.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/mutation_cases.py \\
-        --checkout /work/scratch/i11-pick/upstream --out benchmarks/cases/mutation.jsonl
+        --checkout /work/scratch/i11-pick/upstream --work /work/scratch/i11-pick/work \\
+        --out benchmarks/cases/mutation.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import difflib
+import hashlib
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
-import tempfile
+import threading
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
-A = "utils/_appending_byte_serializer.py"
-M = "utils/module_tracker.py"
-C = "nn/modules/container.py"
-MOD = "nn/modules/module.py"
-# (case id, file under torch/, text, replacement): each text occurs exactly once.
-MUTATIONS = [
-    ("abs-write-little-endian", A, 'i.to_bytes(8, byteorder="big", signed=False)', 'i.to_bytes(8, byteorder="little", signed=False)'),
-    ("abs-read-step", A, "self._i += 8", "self._i += 7"),
-    ("abs-write-str-upper", A, 'base64.b64encode(s.encode("utf-8"))', 'base64.b64encode(s.upper().encode("utf-8"))'),
-    ("abs-bytes-len-off", A, "self.write_uint64(len(b))", "self.write_uint64(len(b) + 1)"),
-    ("abs-read-bytes-skip", A, "self._i += size", "self._i += size + 1"),
-    ("abs-version-zero", A, "_ENCODING_VERSION: int = 1", "_ENCODING_VERSION: int = 0"),
-    ("abs-extend-drops-last", A, "for elem in elems:", "for elem in list(elems)[:-1]:"),
-    ("abs-finished-early", A, "return len(self._data) == self._i", "return len(self._data) <= self._i + 8"),
-    ("abs-checksum-reversed", A, "self._data[0:CHECKSUM_DIGEST_SIZE] = digest", "self._data[0:CHECKSUM_DIGEST_SIZE] = digest[::-1]"),
-    ("abs-read-str-truncated", A, 'return base64.b64decode(self.read_bytes()).decode("utf-8")',
-     'return base64.b64decode(self.read_bytes()).decode("utf-8")[:-1]'),
-    ("abs-append-twice", A, "self._serialize_fn(self._writer, data)",
-     "self._serialize_fn(self._writer, data)\n        self._serialize_fn(self._writer, data)"),
-    ("abs-clear-no-version", A, "        self._writer.write_uint64(_ENCODING_VERSION)\n", "        pass\n"),
-    ("mt-extra-root", M, 'self.parents = {"Global"}\n        self._known_modules', 'self.parents = {"Global", "Root"}\n        self._known_modules'),
-    ("mt-slash-names", M, 'self._known_modules[submod] = f"{mod_name}.{name}"', 'self._known_modules[submod] = f"{mod_name}/{name}"'),
-    ("mt-lower-names", M, "self._known_modules[mod] = type(mod).__name__", "self._known_modules[mod] = type(mod).__name__.lower()"),
-    ("mt-add-prefix-only", M, "            self.parents.add(name)", '            self.parents.add(name.split(".")[0])'),
-    ("mt-no-pop-in-bw", M, "            if name in self.parents:\n                self.parents.remove(name)",
-     "            if name in self.parents and not is_bw:\n                self.parents.remove(name)"),
-    ("mt-is-bw-inverted", M, "return torch._C._current_graph_task_id() != -1", "return torch._C._current_graph_task_id() == -1"),
-    ("mt-callback-when-fw", M, "            if is_bw:\n                self._maybe_set_engine_callback()",
-     "            if not is_bw:\n                self._maybe_set_engine_callback()"),
-    ("mt-bw-pre-appends", M, "register_multi_grad_hook(tensors, self._get_pop_fn(name, True))",
-     "register_multi_grad_hook(tensors, self._get_append_fn(name, True))"),
-    ("mt-reset-empty", M, 'self.parents = {"Global"}\n            self._has_callback = False', 'self.parents = set()\n            self._has_callback = False'),
-    ("mt-no-child-names", M, "            for name, submod in mod.named_children():", "            for name, submod in []:"),
-    ("mt-exit-keeps-post-hook", M, "        self._fw_post_handle.remove()\n", "        pass\n"),
-    ("mt-pop-wrong-flag", M, "        self._get_pop_fn(name, False)()", "        self._get_pop_fn(name, True)()"),
-    ("mt-post-hook-no-bw", M, "register_multi_grad_hook(tensors, self._get_append_fn(name, True))",
-     "register_multi_grad_hook(tensors, lambda *a: None)"),
-    ("ct-list-getitem-first", C, "return self._modules[self._get_abs_string_index(idx)]", "return self._modules[self._get_abs_string_index(0)]"),
-    ("ct-list-negative-index", C, "        if idx < 0:\n            idx += len(self)\n        return str(idx)",
-     "        if idx < 0:\n            idx += len(self) - 1\n        return str(idx)"),
-    ("ct-list-setitem-noop", C, "return setattr(self, str(idx), module)", "return None"),
-    ("ct-dict-getitem-lower", C, "return self._modules[key]", "return self._modules[key.lower()]"),
-    ("ct-list-range-check", C, "if not (-len(self) <= idx < len(self)):", "if not (-len(self) <= idx <= len(self)):"),
-    ("mod-global-pre-hook-dropped", MOD, "    _global_forward_pre_hooks[handle.id] = hook\n", "    pass\n"),
-    ("mod-global-post-hook-dropped", MOD, "    _global_forward_hooks[handle.id] = hook\n", "    pass\n"),
-]
-RUN_TIMEOUT_S = 150
-LOOPING = {"abs-read-step", "abs-bytes-len-off", "abs-read-bytes-skip"}  # the reader never finishes
+from selector.evaluate import subfolder_of
+
+RUN_TIMEOUT_S = 600
+TEST_TIMEOUT_S = 60
 MEMORY_LIMIT = 6_000_000_000  # address space: a mutant that loops while allocating dies, the machine is shared
+SKIP_PREFIXES = ("testing/_internal/", "_vendor/", "include/", "share/", "utils/hipify/")
+# The torch code the cases are about, fixed before any case was generated: the user-facing Python
+# subfolders (not the import machinery, dynamo or device runtimes that test infrastructure touches).
+TARGETS = ("nn/", "_refs/", "_decomp/", "_prims_common/", "_prims/", "optim/", "autograd/", "distributions/",
+           "utils/data/", "fx/", "masked/", "special/", "_tensor.py", "_tensor_str.py", "functional.py",
+           "testing/_comparison.py", "testing/_creation.py", "utils/_pytree.py", "utils/checkpoint.py",
+           "utils/module_tracker.py", "utils/_appending_byte_serializer.py", "nested/", "func/", "_functorch/",
+           "futures/", "distributed/optim/")
+
+HOOK = '''
+import importlib.abc, importlib.util, os, sys
+_TARGET, _PATH, _PKG = os.environ["CRCR_MUTANT_MODULE"], os.environ["CRCR_MUTANT_PATH"], os.environ.get("CRCR_MUTANT_PKG")
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path, target=None):
+        if fullname == _TARGET:
+            return importlib.util.spec_from_file_location(
+                fullname, _PATH, submodule_search_locations=[_PKG] if _PKG else None)
+        return None
+sys.meta_path.insert(0, _Finder())
+'''
 
 
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-HOOK = '''
-import importlib.abc, importlib.util, os, sys
-_TARGET, _PATH = os.environ["CRCR_MUTANT_MODULE"], os.environ["CRCR_MUTANT_PATH"]
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname, path, target=None):
-        if fullname == _TARGET:
-            return importlib.util.spec_from_file_location(fullname, _PATH)
-        return None
-sys.meta_path.insert(0, _Finder())
-'''
+def subfolder(torch_rel: str) -> str:
+    return subfolder_of([f"torch/{torch_rel}"])
 
 
-def _run(checkout: Path, files: list[str], env_extra: dict[str, str], junit: Path) -> dict[str, str]:
-    """Test id (``test/<file>.py::Class::name``) -> passed / failed / skipped, run from the checkout's root."""
-    env = {**os.environ, **env_extra}
-    try:
-        subprocess.run([sys.executable, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "--rootdir", str(checkout),
-                        "-o", "addopts=", "-o", "junit_family=xunit1", f"--junitxml={junit}", "--timeout=60"],
-                       cwd=checkout, env=env, capture_output=True, text=True, check=False, timeout=RUN_TIMEOUT_S,
-                       preexec_fn=_limits)
-    except subprocess.TimeoutExpired:
-        return {}  # a mutant that hangs: every test counts as not run (failing)
+def split_of(case_id: str, seed: int) -> str:
+    return "held-out" if hashlib.sha256(f"{seed}:{case_id}".encode()).digest()[0] % 2 else "tune"
+
+
+def junit_outcomes(junit: Path) -> dict[str, str]:
+    """Test id (``test/<file>.py::Class::name``) -> passed / failed / skipped."""
     out: dict[str, str] = {}
     if not junit.is_file():
         return out
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    try:
+        root = ET.parse(junit).getroot()
+    except ET.ParseError:
+        return out
+    for case in root.iter("testcase"):
         file = case.get("file") or ""
-        cls = (case.get("classname") or "").rsplit(".", 1)[-1]
+        parts = (case.get("classname") or "").rsplit(".", 1)
+        stem = Path(file).stem
+        cls = parts[-1] if parts[-1] != stem else ""
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed"
             elif child.tag == "skipped":
                 outcome = "skipped"
-        out[f"{file}::{cls}::{case.get('name')}"] = outcome
+        test_id = f"{file}::{cls}::{case.get('name')}" if cls else f"{file}::{case.get('name')}"
+        out[test_id] = "failed" if out.get(test_id) == "failed" else outcome  # setup + call errors: one id
     return out
+
+
+def _pytest(checkout: Path, files: list[str], junit: Path, env: dict[str, str], prefix: list[str]) -> None:
+    cmd = [*prefix, "-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "--rootdir", str(checkout),
+           "-o", "addopts=", "-o", "junit_family=xunit1", f"--junitxml={junit}", f"--timeout={TEST_TIMEOUT_S}"]
+    try:
+        subprocess.run(cmd, cwd=checkout, env={**os.environ, **env}, capture_output=True, text=True, check=False,
+                       timeout=RUN_TIMEOUT_S, preexec_fn=_limits)
+    except subprocess.TimeoutExpired:
+        pass  # what the JUnit file holds (often nothing) is what ran
+
+
+def _executed(cov_data: Path, torch_dir: Path) -> dict[str, list[int]]:
+    """Torch file (relative) -> executed lines, read from the coverage data (no report: torch is large)."""
+    from coverage import CoverageData
+
+    data = CoverageData(basename=str(cov_data))
+    data.read()
+    out: dict[str, list[int]] = {}
+    for path in data.measured_files():
+        try:
+            rel = Path(path).resolve().relative_to(torch_dir).as_posix()
+        except ValueError:
+            continue
+        out[rel] = sorted(data.lines(path) or ())
+    return out
+
+
+def reference(checkout: Path, files: list[str], torch_dir: Path, work: Path) -> tuple[dict, dict, set]:
+    """Per file: reference outcomes and executed torch lines; plus the lines ``import torch`` executes."""
+    work.mkdir(parents=True, exist_ok=True)
+    include = f"--include={torch_dir}/*"
+    imp = work / "import-only.json"
+    if not imp.is_file():
+        script = work / "import_only.py"
+        script.write_text("import torch\nimport torch.testing._internal.common_utils\n")
+        subprocess.run([sys.executable, "-m", "coverage", "run", f"--data-file={work / 'import.cov'}", include,
+                        str(script)], check=True, capture_output=True)
+        imp.write_text(json.dumps(_executed(work / "import.cov", torch_dir)))
+    at_import = {(p, n) for p, lines in json.loads(imp.read_text()).items() for n in lines}
+    outcomes: dict[str, dict[str, str]] = {}
+    executed: dict[str, dict[str, list[int]]] = {}
+    for f in files:
+        key = f.replace("/", "__")
+        done = work / f"{key}.ref.json"
+        if not done.is_file():
+            print(f"reference run (under coverage): {f}", flush=True)
+            (work / f"{key}.cov").unlink(missing_ok=True)
+            _pytest(checkout, [f], work / f"{key}.xml", {},
+                    [sys.executable, "-m", "coverage", "run", f"--data-file={work / (key + '.cov')}", include])
+            done.write_text(json.dumps({"outcomes": junit_outcomes(work / f"{key}.xml"),
+                                        "executed": _executed(work / f"{key}.cov", torch_dir)}))
+        ref = json.loads(done.read_text())
+        outcomes[f], executed[f] = ref["outcomes"], ref["executed"]
+    return outcomes, executed, at_import
+
+
+@dataclass(frozen=True)
+class Mutant:
+    path: str  # under torch/
+    line: int  # 1-based line of the changed text
+    stmt: int  # first line of the innermost statement holding it (what coverage records)
+    col: int
+    end_col: int
+    new: str
+    op: str
+
+    @property
+    def id(self) -> str:
+        stem = self.path.removesuffix(".py").replace("/", "-").replace("_", "")
+        return f"mut-{stem}-L{self.line}-{self.op}"
+
+
+_CMP_SWAP = {ast.Eq: ast.NotEq, ast.NotEq: ast.Eq, ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE,
+             ast.LtE: ast.Gt, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+_BIN_SWAP = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Add, ast.Div: ast.Mult, ast.FloorDiv: ast.Mult,
+             ast.Mod: ast.FloorDiv}
+
+
+def _variants(node: ast.AST) -> list[tuple[str, ast.AST | str]]:
+    """(operator name, mutated node or replacement text) for one expression node."""
+    import copy
+
+    out: list[tuple[str, ast.AST | str]] = []
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _CMP_SWAP:
+        m = copy.deepcopy(node)
+        m.ops = [_CMP_SWAP[type(node.ops[0])]()]
+        out.append(("cmp", m))
+    elif isinstance(node, ast.BoolOp):
+        m = copy.deepcopy(node)
+        m.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+        out.append(("bool", m))
+    elif isinstance(node, ast.BinOp) and type(node.op) in _BIN_SWAP:
+        m = copy.deepcopy(node)
+        m.op = _BIN_SWAP[type(node.op)]()
+        out.append(("arith", m))
+    elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        out.append(("not", node.operand))
+    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        out.append(("const", ast.Constant(not node.value)))
+    elif isinstance(node, ast.Constant) and type(node.value) is int and 0 <= node.value <= 64:
+        out.append(("const", ast.Constant(node.value + 1)))
+    elif isinstance(node, ast.Return) and node.value is not None and not (
+            isinstance(node.value, ast.Constant) and node.value.value is None):
+        out.append(("return", "return None"))
+    return out
+
+
+def mutation_points(rel: str, source: str, covered: set[int], at_import: set[int]) -> list[Mutant]:
+    """Every single-line mutant inside a function body whose statement a candidate file executes."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    lines = source.splitlines()
+    out: list[Mutant] = []
+
+    def visit_body(stmts: list[ast.stmt]) -> None:
+        for stmt in stmts:
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit_def(stmt)
+                continue
+            live = stmt.lineno in covered and stmt.lineno not in at_import
+            for node in _own_nodes(stmt) if live else ():
+                if not isinstance(node, ast.expr | ast.Return) or node.end_lineno != node.lineno:
+                    continue
+                text = lines[node.lineno - 1].encode()
+                for op, new in _variants(node):
+                    new_text = new if isinstance(new, str) else ast.unparse(new)
+                    col, end = node.col_offset, node.end_col_offset
+                    start = len(text[:col].decode(errors="replace"))
+                    stop = len(text[:end].decode(errors="replace"))
+                    out.append(Mutant(rel, node.lineno, stmt.lineno, start, stop, new_text, op))
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                block = getattr(stmt, field, None)
+                if isinstance(block, list):
+                    visit_body([b for b in block if isinstance(b, ast.stmt)] +
+                               [s for h in block if isinstance(h, ast.ExceptHandler) for s in h.body])
+            if isinstance(stmt, ast.Match):
+                for c in stmt.cases:
+                    visit_body(c.body)
+
+    def visit_def(node: ast.AST) -> None:
+        if isinstance(node, ast.ClassDef):
+            for s in node.body:
+                if isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                    visit_def(s)
+        else:
+            visit_body(node.body)  # type: ignore[attr-defined]
+
+    for top in tree.body:
+        if isinstance(top, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            visit_def(top)
+    return out
+
+
+def _own_nodes(stmt: ast.stmt) -> list[ast.AST]:
+    """The statement itself and its expressions, not the statements nested in its blocks."""
+    nodes: list[ast.AST] = [stmt] if isinstance(stmt, ast.Return) else []
+    stack = [c for c in ast.iter_child_nodes(stmt) if not isinstance(c, ast.stmt | ast.ExceptHandler | ast.match_case)]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.Lambda | ast.JoinedStr):
+            continue
+        nodes.append(n)
+        stack.extend(ast.iter_child_nodes(n))
+    return sorted(nodes, key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0), type(n).__name__))
+
+
+def choose(points: list[Mutant], seed: int, per_module: int, per_subfolder: int) -> list[Mutant]:
+    rng = random.Random(seed)
+    order = sorted(points, key=lambda m: (m.path, m.line, m.col, m.op))
+    rng.shuffle(order)
+    by_module: dict[str, int] = {}
+    by_sub: dict[str, int] = {}
+    seen_lines: set[tuple[str, int]] = set()
+    out = []
+    for m in order:
+        sub = subfolder(m.path)
+        if by_module.get(m.path, 0) >= per_module or by_sub.get(sub, 0) >= per_subfolder:
+            continue
+        if (m.path, m.line) in seen_lines:
+            continue
+        seen_lines.add((m.path, m.line))
+        by_module[m.path] = by_module.get(m.path, 0) + 1
+        by_sub[sub] = by_sub.get(sub, 0) + 1
+        out.append(m)
+    return out
+
+
+def run_mutant(m: Mutant, torch_dir: Path, checkout: Path, files: list[str], ref: dict[str, dict[str, str]],
+               work: Path) -> dict | None:
+    src = (torch_dir / m.path).read_text(encoding="utf-8")
+    lines = src.splitlines(True)
+    line = lines[m.line - 1]
+    lines[m.line - 1] = line[:m.col] + m.new + line[m.end_col:]
+    mutated = "".join(lines)
+    try:
+        ast.parse(mutated)
+    except SyntaxError:
+        return None
+    d = work / "mutants" / m.id
+    (d / "site").mkdir(parents=True, exist_ok=True)
+    (d / "site" / "sitecustomize.py").write_text(HOOK)
+    copy = d / Path(m.path).name
+    copy.write_text(mutated)
+    module = "torch." + m.path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+    if m.path == "__init__.py":
+        return None
+    env = {"PYTHONPATH": f"{d / 'site'}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "CRCR_MUTANT_MODULE": module, "CRCR_MUTANT_PATH": str(copy)}
+    if m.path.endswith("/__init__.py"):
+        env["CRCR_MUTANT_PKG"] = str((torch_dir / m.path).parent)
+    junit = d / "junit.xml"
+    junit.unlink(missing_ok=True)
+    _pytest(checkout, files, junit, env, [sys.executable])
+    got = junit_outcomes(junit)
+    failing = []
+    for f in files:
+        for t, v in ref[f].items():
+            if v == "passed" and got.get(t, "missing") in ("failed", "missing"):
+                failing.append(t)
+    diff = "".join(difflib.unified_diff(src.splitlines(True), mutated.splitlines(True),
+                                        f"a/torch/{m.path}", f"b/torch/{m.path}", n=3))
+    return {"diff": f"diff --git a/torch/{m.path} b/torch/{m.path}\n" + diff, "failing": sorted(failing)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--checkout", type=Path, required=True)
+    ap.add_argument("--checkout", type=Path, required=True, help="scratch folder with upstream test/ files")
+    ap.add_argument("--work", type=Path, required=True, help="scratch folder for coverage data and mutant runs")
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--per-module", type=int, default=2)
+    ap.add_argument("--per-subfolder", type=int, default=5)
+    ap.add_argument("--max-mutants", type=int, default=0, help="only the first N chosen mutants (0: all)")
     ap.add_argument("--jobs", type=int, default=1, help="mutants run at once (the machine is shared: keep it small)")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the cases already in --out and skip mutants already run in --work (a larger batch)")
+    ap.add_argument("--list", action="store_true", help="only list the chosen mutants")
     args = ap.parse_args()
     import importlib.util
 
-    torch_dir = Path(importlib.util.find_spec("torch").submodule_search_locations[0])
-    files = sorted((args.checkout / "test").rglob("test_*.py"))
-    rel = {f: f.relative_to(args.checkout).as_posix() for f in files}
-    with tempfile.TemporaryDirectory() as tmp:
-        tmpd = Path(tmp)
-        base = _run(args.checkout, sorted(rel.values()), {}, tmpd / "base.xml")
-        print(f"reference run: {sum(v == 'passed' for v in base.values())} passed of {len(base)}", flush=True)
-        lines, dropped = [], []
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text("")
+    torch_dir = Path(importlib.util.find_spec("torch").submodule_search_locations[0]).resolve()
+    checkout = args.checkout.resolve()
+    files = sorted(p.relative_to(checkout).as_posix() for p in (checkout / "test").rglob("test_*.py"))
+    outcomes, executed, at_import = reference(checkout, files, torch_dir, args.work.resolve())
+    print(f"reference: {len(files)} files, {sum(v == 'passed' for o in outcomes.values() for v in o.values())} "
+          f"passed of {sum(len(o) for o in outcomes.values())} tests", flush=True)
+    covered: dict[str, set[int]] = {}
+    for f in files:
+        for rel, lines in executed[f].items():
+            covered.setdefault(rel, set()).update(lines)
+    points: list[Mutant] = []
+    for rel in sorted(covered):
+        if rel.startswith(SKIP_PREFIXES) or not rel.startswith(TARGETS) or not rel.endswith(".py"):
+            continue
+        imp = {n for p, n in at_import if p == rel}
+        points += mutation_points(rel, (torch_dir / rel).read_text(encoding="utf-8"), covered[rel], imp)
+    chosen = choose(points, args.seed, args.per_module, args.per_subfolder)
+    if args.max_mutants:
+        chosen = chosen[:args.max_mutants]
+    print(f"{len(points)} mutation points in {len({p.path for p in points})} modules; {len(chosen)} chosen "
+          f"(seed {args.seed})", flush=True)
+    if args.list:
+        for m in chosen:
+            print(f"  {m.id}: {m.path}:{m.line} -> {m.new!r}")
+        return
+    cases, dropped = [], []
+    if args.append and args.out.is_file():
+        cases = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        chosen = [m for m in chosen if not (args.work / "mutants" / m.id / "junit.xml").is_file()]
+        print(f"--append: {len(cases)} cases kept, {len(chosen)} mutants not run yet", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    lock = threading.Lock()
 
-        def one(mutation: tuple[str, str, str, str]) -> None:
-            cid, path, old, new = mutation
-            src = (torch_dir / path).read_text(encoding="utf-8")
-            if src.count(old) != 1:
-                dropped.append(f"{cid}: text found {src.count(old)} times in torch/{path}")
+    def one(item: tuple[int, Mutant]) -> None:
+        i, m = item
+        runs = [f for f in files if m.stmt in set(executed[f].get(m.path, ()))]
+        got = run_mutant(m, torch_dir, checkout, runs, outcomes, args.work.resolve())
+        with lock:
+            if got is None or not got["failing"]:
+                dropped.append(m.id)
+                print(f"[{i}/{len(chosen)}] {m.id}: no failing test ({len(runs)} file(s) run)", flush=True)
                 return
-            mutated = src.replace(old, new)
-            site = tmpd / cid / "site"
-            site.mkdir(parents=True)
-            (site / "sitecustomize.py").write_text(HOOK)
-            copy = tmpd / cid / Path(path).name
-            copy.write_text(mutated)
-            module = "torch." + path.removesuffix(".py").replace("/", ".")
-            env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-                   "CRCR_MUTANT_MODULE": module, "CRCR_MUTANT_PATH": str(copy)}
-            got = _run(args.checkout, sorted(rel.values()), env, tmpd / cid / "junit.xml")
-            failing = sorted(t for t, v in got.items() if v == "failed" and base.get(t) == "passed")
-            failing += sorted(t for t, v in base.items() if v == "passed" and t not in got)  # did not even run
-            if not failing:
-                dropped.append(f"{cid}: no candidate test fails (equivalent or unobserved mutant)")
-                print(f"{cid}: no failure", flush=True)
-                return
-            diff = "".join(difflib.unified_diff(src.splitlines(True), mutated.splitlines(True),
-                                                f"a/torch/{path}", f"b/torch/{path}", n=3))
-            case = {"id": f"mut-{cid}", "kind": "mutation", "diff": f"diff --git a/torch/{path} b/torch/{path}\n" + diff,
-                    "failing_files": sorted({t.split("::", 1)[0] for t in failing}), "failing_tests": failing,
-                    "source": f"overlay mutant of torch/{path} (torch 2.13.0); candidate files "
-                              f"{', '.join(sorted(rel.values()))} run with and without it"}
-            with lock:
-                lines.append(case)
-                with args.out.open("a", encoding="utf-8") as fh:  # incremental: a cut-short run keeps its cases
-                    fh.write(json.dumps(case, sort_keys=True) + "\n")
-            print(f"{cid}: {len(failing)} failing", flush=True)
+            failing = got["failing"]
+            case = {"id": m.id, "kind": "mutation", "diff": got["diff"], "subfolder": subfolder(m.path),
+                    "split": split_of(m.id, args.seed), "failing_files": sorted({t.split("::", 1)[0] for t in failing}),
+                    "failing_tests": failing, "ran_files": runs, "reference_files": files,
+                    "source": f"seeded overlay mutant ({m.op}) of torch/{m.path}:{m.line} on the installed torch; "
+                              f"reference: the {len(files)} candidate files of pytorch/pytorch test/ in the scratch "
+                              f"checkout, each file that executes the line run with and without it"}
+            cases.append(case)
+            print(f"[{i}/{len(chosen)}] {m.id}: {len(failing)} failing test(s) in {case['failing_files']}", flush=True)
+            # a cut-short run keeps its cases
+            args.out.write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in cases))
 
-        import threading
-        from concurrent.futures import ThreadPoolExecutor
-
-        lock = threading.Lock()
-        todo = [m for m in MUTATIONS if not args.only or m[0] in args.only]
-        todo.sort(key=lambda m: m[0] in LOOPING)  # they run until the timeout: last
-        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            list(pool.map(one, todo))
-    # sorted, so the committed file does not depend on which worker finished first
-    args.out.write_text("".join(json.dumps(x, sort_keys=True) + "\n" for x in sorted(lines, key=lambda c: c["id"])))
-    print(f"{len(lines)} cases -> {args.out}; {len(dropped)} left out:")
-    for d in dropped:
-        print("  " + d)
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(one, enumerate(chosen, 1)))
+    args.out.write_text("".join(json.dumps(c, sort_keys=True) + "\n" for c in sorted(cases, key=lambda c: c["id"])))
+    print(f"{len(cases)} cases -> {args.out}; {len(dropped)} mutants no candidate test noticed")
 
 
 if __name__ == "__main__":

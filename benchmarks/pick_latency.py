@@ -19,7 +19,7 @@ from crcr.data import TEST_TIMES
 from crcr.settings import get_settings
 from selector.diffparse import parse_diff
 from selector.filepick import pick_files
-from selector.importgraph import cached_torch_graph
+from selector.importgraph import cached_torch_graph, graph_cache
 from selector.inventory.opdb import load_opdb
 from selector.inventory.sources import installed_torch_dir
 from selector.inventory.test_times import file_times
@@ -50,7 +50,7 @@ def _time(fn) -> float:
 
 def main() -> None:
     data = get_settings().data_dir
-    graph = cached_torch_graph(installed_torch_dir(), data / "selector" / f"torch-imports-{version('torch')}.json")
+    graph = cached_torch_graph(installed_torch_dir(), graph_cache(data, version("torch")))
     opdb = load_opdb(data)
     times = file_times(TEST_TIMES, all_configs=True)
     text = _diff(300, graph)

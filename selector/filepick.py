@@ -2,7 +2,9 @@
 
 Every signal (``selector/signals/``) scores files; a file's score is the weighted sum of
 its counted signals. Order: edited test files first (always picked, whatever the
-budget), then score (highest first), then path. A budget is filled greedily in that
+budget), then score per square root of the file's measured seconds (highest first; a cheap
+file with a weak signal is worth running before an expensive one with a slightly stronger
+one), then path. A budget is filled greedily in that
 order, each file costing its measured duration; a file that does not fit is dropped
 with its score and cost, and smaller files after it may still fit. With a budget, the
 time left after every scored file is filled with unscored files that reach the most
@@ -24,6 +26,10 @@ from selector.signals.edited import edited_test_files
 SMOKE_SET = ("test/test_torch.py", "test/test_autograd.py", "test/test_nn.py", "test/test_binary_ufuncs.py")
 DEFAULT_NEW_FILE_S = 60.0  # a test file CI has not timed yet (new in this PR)
 MAX_DROPPED = 50
+# Rank by score per second**COST_EXPONENT: 0 ranks by score alone, 1 by score per second (the knapsack
+# density). Files cost from 0.1 s to over an hour, so a cheap file with a weak signal can be worth
+# running before an expensive one with a slightly stronger signal.
+COST_EXPONENT = 0.5  # chosen on the tune half of the mutation cases (0, 0.5, 1 tried); BENCHMARKS.md
 
 
 @dataclass
@@ -69,6 +75,10 @@ def _tests_for(f: str, universe: Universe, pointed: set[str]) -> list[str]:
     return sorted(pointed & set(known)) + [t for t in known if t not in pointed]
 
 
+def _density(score: float, seconds: float) -> float:
+    return score / max(seconds, 1.0) ** COST_EXPONENT if COST_EXPONENT else score
+
+
 def _breadth(f: str, universe: Universe) -> float:
     """How many torch modules a file reaches per second of its time (fill order)."""
     reach = len(universe.graph.reach(f)) if universe.graph is not None else 0
@@ -93,7 +103,7 @@ def pick_files(change: Change, universe: Universe, *, budget_s: float | None = N
     counted, tried, pointed = score_files(change, universe, signals, frozenset(trial))
     scores = {f: round(sum(s.score for s in sigs), 4) for f, sigs in counted.items() if f in universe.durations}
     must = set(edited) & set(universe.durations)
-    ranking = sorted(scores, key=lambda f: (f not in must, -scores[f], f))
+    ranking = sorted(scores, key=lambda f: (f not in must, -_density(scores[f], universe.durations[f]), f))
     files: list[PickedFile] = []
     dropped: list[DroppedTest] = []
     spent = 0.0

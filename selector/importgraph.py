@@ -11,6 +11,13 @@ Reach is transitive with a depth per module. Every test imports ``torch``, whose
 ``__init__`` imports nearly all of it, so the walk never expands a package's
 ``__init__`` reached only as a parent: the edge ``a -> torch.nn.functional`` names
 ``torch.nn.functional``, not everything ``torch.nn`` pulls in.
+
+Tests mostly reach torch through attributes (``torch.nn.Conv2d``, ``nn.utils.rnn.pad_sequence``,
+``F.relu``), not imports: a test file's edges also include every attribute chain rooted at
+a name bound to a torch module. A package's re-exports (``from .conv import Conv2d`` in
+``torch/nn/modules/__init__.py``, followed through ``from .modules import *``) are nodes of
+their own, ``torch.nn.Conv2d -> torch.nn.modules.conv``, so such a chain reaches the module
+that defines the name instead of the whole package.
 """
 
 from __future__ import annotations
@@ -23,8 +30,9 @@ from pathlib import Path
 
 from crcr.fileio import atomic_write_text
 
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 MAX_DEPTH = 4
+MAX_CHAIN = 4  # attributes followed in ``torch.a.b.c.d``
 
 
 def module_of(path: str) -> str | None:
@@ -82,6 +90,71 @@ def parse_imports(source: str, module: str = "", *, is_package: bool = False, pr
             if name == prefix or name.startswith(prefix + "."):
                 out.add(name)
     return out
+
+
+def _bindings(tree: ast.Module, prefix: str) -> dict[str, str]:
+    """Local names bound to torch modules by module-level imports (``nn`` -> ``torch.nn``)."""
+    out: dict[str, str] = {}
+    for node in _module_level(tree.body):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == prefix or a.name.startswith(prefix + "."):
+                    out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module and (
+                node.module == prefix or node.module.startswith(prefix + ".")):
+            for a in node.names:
+                if a.name != "*":
+                    out[a.asname or a.name] = f"{node.module}.{a.name}"
+    return out
+
+
+def parse_usage(source: str, prefix: str = "torch") -> set[str]:
+    """Attribute chains anywhere in a source rooted at a name bound to a torch module, as dotted names
+    (``torch.nn.Conv2d(...)`` -> ``torch.nn.Conv2d``; with ``import torch.nn.utils.rnn as rnn_utils``,
+    ``rnn_utils.pad_sequence`` -> ``torch.nn.utils.rnn.pad_sequence``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    bound = _bindings(tree, prefix)
+    if not bound:
+        return set()
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+            continue
+        chain: list[str] = []
+        cur: ast.expr = node
+        while isinstance(cur, ast.Attribute):
+            chain.append(cur.attr)
+            cur = cur.value
+        if isinstance(cur, ast.Name) and cur.id in bound:
+            parts = [bound[cur.id], *reversed(chain)]
+            out.add(".".join(parts[: 1 + MAX_CHAIN]))
+    return out
+
+
+def _exports(tree: ast.Module, module: str, prefix: str) -> tuple[dict[str, str], list[str]]:
+    """A package's re-exported names (name -> module it comes from) and the modules it star-imports."""
+    names: dict[str, str] = {}
+    stars: list[str] = []
+    for node in _module_level(tree.body):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            parts = module.split(".")
+            base = ".".join(parts[: len(parts) - (node.level - 1)]) if node.level - 1 <= len(parts) else ""
+            src = f"{base}.{node.module}" if node.module else base
+        else:
+            src = node.module or ""
+        if not (src == prefix or src.startswith(prefix + ".")):
+            continue
+        for a in node.names:
+            if a.name == "*":
+                stars.append(src)
+            else:
+                names[a.asname or a.name] = f"{src}.{a.name}"
+    return names, stars
 
 
 class ImportGraph:
@@ -146,6 +219,7 @@ def torch_module_graph(torch_dir: Path) -> dict[str, set[str]]:
     """Edges between the modules of an installed torch (``torch_dir`` is the ``torch`` package folder)."""
     root = torch_dir.parent
     modules: dict[str, set[str]] = {}
+    exports: dict[str, tuple[dict[str, str], list[str]]] = {}
     for path in sorted(torch_dir.rglob("*.py")):
         rel = path.relative_to(root).as_posix()
         mod = module_of(rel)
@@ -156,13 +230,33 @@ def torch_module_graph(torch_dir: Path) -> dict[str, set[str]]:
         except OSError:
             continue
         modules[mod] = parse_imports(source, mod, is_package=path.name == "__init__.py")
+        if path.name == "__init__.py":
+            try:
+                exports[mod] = _exports(ast.parse(source), mod, "torch")
+            except (SyntaxError, ValueError):
+                pass
     for mod in modules:
         modules[mod] = {m for m in modules[mod] if m != mod}
+    # Re-exported names become nodes ``package.Name -> defining module``; star imports pass them on.
+    resolved: dict[str, dict[str, str]] = {p: dict(names) for p, (names, _) in exports.items()}
+    for _ in range(3):
+        for p, (_, stars) in sorted(exports.items()):
+            for src in stars:
+                for name, target in resolved.get(src, {}).items():
+                    resolved[p].setdefault(name, target)
+    for p, names in resolved.items():
+        for name, target in names.items():
+            node = f"{p}.{name}"
+            if node not in modules:
+                known = target if target in modules else target.rpartition(".")[0]
+                if known in modules and known != p:
+                    modules[node] = {known}
     return modules
 
 
 def checkout_imports(checkout: Path) -> dict[str, set[str]]:
-    """``test/<file>.py`` -> the torch modules it imports at module level, for a checkout's ``test/``."""
+    """``test/<file>.py`` -> the torch modules it imports at module level and the torch attribute chains it
+    uses, for a checkout's ``test/``."""
     out: dict[str, set[str]] = {}
     test_dir = checkout / "test"
     for path in sorted(test_dir.rglob("*.py")):
@@ -171,8 +265,13 @@ def checkout_imports(checkout: Path) -> dict[str, set[str]]:
             source = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             continue
-        out[rel] = parse_imports(source)
+        out[rel] = parse_imports(source) | parse_usage(source)
     return out
+
+
+def graph_cache(data_dir: Path, torch_version: str) -> Path:
+    """Where the installed torch's graph is cached (one file per graph version: versions never overwrite)."""
+    return data_dir / "selector" / f"torch-imports-{torch_version}-v{GRAPH_VERSION}.json"
 
 
 def cached_torch_graph(torch_dir: Path, cache: Path | None) -> dict[str, set[str]]:

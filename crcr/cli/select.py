@@ -603,6 +603,8 @@ def pick_cmd(
     history: Annotated[list[Path] | None, typer.Option(help="stored results JSON: failure history and own durations (repeatable)")] = None,
     unplanned: Annotated[bool, typer.Option("--unplanned", help="also pick files the plan has no file for")] = False,
     trial: Annotated[list[str] | None, typer.Option(help="run this signal in trial mode: scored, not counted (repeatable)")] = None,
+    keyword_weights: Annotated[Path | None, typer.Option(
+        help="path-keyword weights JSON (default: the shipped ones, learned from the mutation cases)")] = None,
     pointed_only: Annotated[bool, typer.Option(
         "--pointed-only", help="inside a picked file, run only the tests the test-level signals point at "
                                "(a file with none still runs whole): op-level precision for short runs")] = False,
@@ -616,14 +618,15 @@ def pick_cmd(
     from crcr.contracts.pick import Pick, PickedTest
     from crcr.contracts.plan import load_plan
     from crcr.contracts.results import load_results
-    from crcr.data import TEST_TIMES
+    from crcr.data import KEYWORD_WEIGHTS, TEST_TIMES
     from crcr.fileio import atomic_write_text
     from selector.changes import change_from_diff, change_from_github, github_client, pr_from_event
     from selector.filepick import pick_files
-    from selector.importgraph import cached_torch_graph
+    from selector.importgraph import cached_torch_graph, graph_cache
     from selector.inventory.opdb import load_opdb
     from selector.inventory.sources import installed_torch_dir
     from selector.inventory.test_times import FILE_LEVEL_ID, file_times
+    from selector.keyword_weights import load as load_keyword_weights
     from selector.pick import PickContext
     from selector.pick import pick as pick_tests
     from selector.signals import SIGNAL_NAMES
@@ -674,10 +677,12 @@ def pick_cmd(
     torch_dir = installed_torch_dir()
     from importlib.metadata import version
 
-    graph = cached_torch_graph(torch_dir, data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    graph = cached_torch_graph(torch_dir, graph_cache(data_dir, version("torch")))
     universe = build_universe(the_plan, file_times(TEST_TIMES, all_configs=True), inv, unplanned=unplanned,
                               results=runs, torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir),
                               coverage=_coverage_map(coverage_map))
+    if keyword_weights is not None or KEYWORD_WEIGHTS.is_file():
+        universe.keyword_weights = load_keyword_weights(keyword_weights or KEYWORD_WEIGHTS)
     total = sum(universe.durations.values())
     if budget_share is not None:
         budget_s = round(total * budget_share, 3)
@@ -726,7 +731,9 @@ def pick_cmd(
     "Measure picks on cases with known failing tests (JSONL: id, kind, diff or paths, failing_files, source): "
     "change recall, file recall and selection rate at 25% and 50% of the total test time, and APFD, for each "
     "signal alone and combined, against a seeded random order and a path-keyword-only order computed in the "
-    "same run. Candidates: every file of test-times.json (or the files --plan runs). Prints a table; --json "
+    "same run; the combined pick and both baselines also per torch subfolder and per split (tune / held-out). "
+    "Path-keyword weights are cross-fitted: each half of the cases is ranked with weights learned from the other "
+    "half. Candidates: every file of test-times.json (or the files --plan runs). Prints a table; --json "
     "writes the figures."
 ))
 def evaluate_cmd(
@@ -735,6 +742,8 @@ def evaluate_cmd(
     pytorch_src: Annotated[Path | None, typer.Option(help="PyTorch checkout: test files' real imports")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures as JSON here")] = None,
     coverage_map: CoverageMapOpt = None,
+    write_keyword_weights: Annotated[Path | None, typer.Option(
+        help="also learn path-keyword weights from all these cases and write them here (what pick loads)")] = None,
 ) -> None:
     from importlib.metadata import version
 
@@ -742,7 +751,7 @@ def evaluate_cmd(
     from crcr.data import TEST_TIMES
     from crcr.fileio import atomic_write_text
     from selector.evaluate import evaluate, load_cases, render_table
-    from selector.importgraph import cached_torch_graph
+    from selector.importgraph import cached_torch_graph, graph_cache
     from selector.inventory.opdb import load_opdb
     from selector.inventory.sources import installed_torch_dir
     from selector.inventory.test_times import file_times
@@ -750,7 +759,7 @@ def evaluate_cmd(
 
     data_dir = _settings().data_dir
     the_cases = load_cases(cases)
-    graph = cached_torch_graph(installed_torch_dir(), data_dir / "selector" / f"torch-imports-{version('torch')}.json")
+    graph = cached_torch_graph(installed_torch_dir(), graph_cache(data_dir, version("torch")))
     universe = build_universe(load_plan(plan) if plan else None, file_times(TEST_TIMES, all_configs=True),
                               torch_modules=graph, checkout=pytorch_src, opdb=load_opdb(data_dir),
                               coverage=_coverage_map(coverage_map))
@@ -758,6 +767,12 @@ def evaluate_cmd(
     typer.echo(render_table(report))
     if json_out is not None:
         atomic_write_text(json_out, json.dumps(report, indent=1, sort_keys=True) + "\n")
+    if write_keyword_weights is not None:
+        from selector.keyword_weights import learn, save
+
+        weights = learn([(c.change.paths, c.failing_files, c.known_files) for c in the_cases], universe.files)
+        save(write_keyword_weights, weights, f"{len(the_cases)} cases of {cases.name} over {len(universe.files)} files")
+        typer.echo(f"{len(weights) - 1} keyword weights -> {write_keyword_weights}")
 
 
 @app.command("coverage-map", help=(

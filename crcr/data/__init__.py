@@ -10,3 +10,4 @@ TEST_TIMES = PYTORCH_STATS / "test-times.json"
 DISABLED_TESTS = PYTORCH_STATS / "disabled-tests-condensed.json"
 SLOW_TESTS = PYTORCH_STATS / "slow-tests.json"
 FLAKY_RULES = PYTORCH_STATS / "flaky-rules.json"
+KEYWORD_WEIGHTS = DATA_DIR / "keyword-weights.json"  # learned by crcr select evaluate --write-keyword-weights

@@ -1,7 +1,9 @@
 """``path-keyword``: a word of a changed path is a whole word of the test file's path.
 
 The weakest signal, counted last: each keyword's score is how often it was right
-(``Universe.keyword_weights``, e.g. measured by ``crcr select evaluate``), default 0.5.
+(``Universe.keyword_weights``, learned by ``selector.keyword_weights`` from cases with known
+failing files); a keyword never seen scores the pooled precision (``"*"``), and 0.5 when
+no weights were learned at all.
 Whole-word matching keeps ``torch/utils/data`` away from ``_softmax_backward_data``.
 """
 
@@ -33,10 +35,15 @@ class PathKeywords(Signal):
                 changed |= words(p)
         if not changed:
             return {}
+        learned = universe.keyword_weights
+        default = learned.get("*", DEFAULT_WEIGHT)
         out: dict[str, Hit] = {}
         for f in universe.files:
             hit = sorted(changed & words(f.removeprefix("test/")))
             if hit:
-                best = max(hit, key=lambda w: (universe.keyword_weights.get(w, DEFAULT_WEIGHT), w))
-                out[f] = Hit(universe.keyword_weights.get(best, DEFAULT_WEIGHT), f"path keyword {best!r}")
+                best = max(hit, key=lambda w: (learned.get(w, default), w))
+                weight = learned.get(best, default)
+                if weight > 0:
+                    how = "right" if best in learned else "pooled, keyword not seen"
+                    out[f] = Hit(min(1.0, weight), f"path keyword {best!r} ({how} {weight:.0%} of the time)")
         return out

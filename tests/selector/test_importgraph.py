@@ -51,3 +51,28 @@ def test_native_paths_map_to_their_python_module():
     assert changed_modules(["torch/csrc/distributed/c10d/ProcessGroup.cpp"]) == {
         "torch.distributed": "torch/csrc/distributed/c10d/ProcessGroup.cpp"}
     assert changed_modules(["README.md"]) == {}
+
+
+def test_attribute_chains_and_reexports_reach_the_defining_module(tmp_path):
+    from selector.importgraph import parse_usage
+
+    src = ("import torch\nimport torch.nn.utils.rnn as rnn_utils\nfrom torch import nn\n"
+           "def test_x():\n    m = torch.nn.Conv2d(1, 1, 1)\n    rnn_utils.pad_sequence([])\n    nn.init.eye_(m)\n"
+           "    value = other.torch.nope\n")
+    used = parse_usage(src)
+    assert {"torch.nn.Conv2d", "torch.nn.utils.rnn.pad_sequence", "torch.nn.init.eye_"} <= used
+    assert not any("nope" in u for u in used)
+    # a package that re-exports a name (through a star import) makes it a node of its own
+    pkg = tmp_path / "torch"
+    (pkg / "nn" / "modules").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from torch import nn\n")
+    (pkg / "nn" / "__init__.py").write_text("from .modules import *\n")
+    (pkg / "nn" / "modules" / "__init__.py").write_text("from .conv import Conv2d\n")
+    (pkg / "nn" / "modules" / "conv.py").write_text("import torch\nclass Conv2d: ...\n")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_pack.py").write_text(src)
+    mods = torch_module_graph(pkg)
+    assert mods["torch.nn.modules.Conv2d"] == {"torch.nn.modules.conv"}
+    assert mods["torch.nn.Conv2d"] == {"torch.nn.modules.conv"}
+    g = ImportGraph(mods, checkout_imports(tmp_path))
+    assert g.reach("test/test_pack.py")["torch.nn.modules.conv"] == 2  # torch.nn.Conv2d -> conv

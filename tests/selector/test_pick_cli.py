@@ -41,7 +41,9 @@ def torch_graph_json(tmp_path_factory: pytest.TempPathFactory) -> str:
 def _seed_graph(cli, tmp_path: Path, torch_graph_json: str) -> None:
     from importlib.metadata import version
 
-    (tmp_path / "data" / "selector" / f"torch-imports-{version('torch')}.json").write_text(torch_graph_json)
+    from selector.importgraph import graph_cache
+
+    graph_cache(tmp_path / "data", version("torch")).write_text(torch_graph_json)
 
 
 RUN = ["test/test_nn.py", "test/test_torch.py", "test/test_ops.py", "test/test_autograd.py",
@@ -161,3 +163,24 @@ def test_failed_only_without_failures_falls_back_to_the_usual_pick(cli, tmp_path
     assert code == 0, err
     assert "the usual pick follows" in err
     assert load_pick(tmp_path / "p.json").files  # the smoke set of a docs-only change
+
+
+def test_path_keywords_weigh_what_was_learned(cli, tmp_path):
+    (tmp_path / "d.diff").write_text("diff --git a/torch/utils/data/dataloader.py b/torch/utils/data/dataloader.py\n"
+                                     "--- a/torch/utils/data/dataloader.py\n+++ b/torch/utils/data/dataloader.py\n"
+                                     + PATCH)
+    code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", _plan(tmp_path, RUN),
+                         "--out", tmp_path / "p.json")
+    assert code == 0, err
+    kw = [s for f in load_pick(tmp_path / "p.json").files for s in f.signals if s.signal == "path-keyword"]
+    assert kw and all("of the time" in s.why for s in kw)  # the shipped weights, learned from the mutation cases
+    (tmp_path / "w.json").write_text('{"version": 1, "weights": {"dataloader": 0.9}}')
+    code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", _plan(tmp_path, RUN),
+                         "--keyword-weights", tmp_path / "w.json", "--out", tmp_path / "p.json")
+    assert code == 0, err
+    kw = {f.file: s for f in load_pick(tmp_path / "p.json").files for s in f.signals if s.signal == "path-keyword"}
+    assert kw["test/test_dataloader.py"].score == 0.9 and "right 90%" in kw["test/test_dataloader.py"].why
+    (tmp_path / "bad.json").write_text("not json")
+    code, out, err = cli("select", "pick", "--diff", tmp_path / "d.diff", "--plan", _plan(tmp_path, RUN),
+                         "--keyword-weights", tmp_path / "bad.json")
+    assert code == 2 and "keyword weights" in err and "Traceback" not in err
