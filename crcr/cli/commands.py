@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,13 +20,10 @@ def list_(
     limit: int = typer.Option(50, "--limit", min=1, help="at most this many"),
     as_json: bool = typer.Option(False, "--json", help="one JSON array instead of a table"),
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from crcr.cli.dispatches import _runtime
+    from crcr.cli.listing import print_rows, store_runtime
     from relay.command_actions import commands_of
 
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         with runtime.sessions() as s:
             rows = [{"id": c.id, "pr": c.pr_number, "comment_id": c.comment_id, "commenter": c.commenter,
@@ -37,11 +32,6 @@ def list_(
                     for c in commands_of(s, pr=pr, limit=limit)]
     finally:
         runtime.close()
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    table = Table("id", "pr", "commenter", "command", "outcome", "detail", title=f"{len(rows)} command(s)")
-    for r in rows:
-        table.add_row(str(r["id"]), str(r["pr"]), r["commenter"], " ".join(["/ci", r["command"], *r["args"]]),
-                      r["outcome"], (r["detail"] or "")[:80])
-    Console().print(table)
+    print_rows(rows, as_json, ("id", "pr", "commenter", "command", "outcome", "detail"), f"{len(rows)} command(s)",
+               lambda r: (str(r["id"]), str(r["pr"]), r["commenter"], " ".join(["/ci", r["command"], *r["args"]]),
+                          r["outcome"], (r["detail"] or "")[:80]))

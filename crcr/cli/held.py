@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,23 +20,16 @@ def list_(
     limit: int = typer.Option(100, "--limit", min=1, help="at most this many"),
     as_json: bool = typer.Option(False, "--json", help="one JSON array instead of a table"),
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from crcr.cli.dispatches import _runtime
+    from crcr.cli.listing import print_rows, store_runtime
     from relay.approval import list_held
 
-    runtime = _runtime()
+    runtime = store_runtime()
     try:
         with runtime.sessions() as s:
             rows = [r for r in list_held(s, limit=limit) if pr is None or r["pr"] == pr]
     finally:
         runtime.close()
-    if as_json:
-        typer.echo(json.dumps(rows))
-        return
-    table = Table("dispatch", "pr", "head", "target", "author", "held since", title=f"{len(rows)} held dispatch(es)")
-    for r in rows:
-        table.add_row(str(r["dispatch_id"]), str(r["pr"]), (r["head_sha"] or "")[:12], r["target"],
-                      r["author_association"] or "", r["held_since"])
-    Console().print(table)
+    print_rows(rows, as_json, ("dispatch", "pr", "head", "target", "author", "held since"),
+               f"{len(rows)} held dispatch(es)",
+               lambda r: (str(r["dispatch_id"]), str(r["pr"]), (r["head_sha"] or "")[:12], r["target"],
+                          r["author_association"] or "", r["held_since"]))
