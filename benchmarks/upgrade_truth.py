@@ -1,6 +1,6 @@
 """Ground truth for benchmarks/upgrade_exactness.py: one torch version's OpInfo entries as they are at runtime.
 
-    python benchmarks/upgrade_truth.py [TORCH_ROOT]   # prints {key: {attribute: digest}} as JSON
+    python benchmarks/upgrade_truth.py [--device D] [TORCH_ROOT]   # prints {key: {attribute: digest}} as JSON
 
 Runs in a throwaway child process. Without TORCH_ROOT it imports the installed torch's
 ``common_methods_invocations``. With TORCH_ROOT (a directory holding a wheel's extracted ``torch/testing/_internal``),
@@ -12,6 +12,13 @@ Each entry (op_db, python_ref_db and the foreach lists, keyed name[.variant_test
 them; foreach entries as _foreach_<name>) is fingerprinted from what it is: every attribute of the
 object, functions by their normalised source, DecorateInfo by its decorators, class, test,
 device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
+
+With --device D, only what D's tests can see is fingerprinted, read from the runtime objects the
+way torch's harness reads them: the per-device dtype attributes (``dtypesIf``, ``backward_dtypesIf*``)
+are replaced by what ``op.supported_dtypes(D)`` and ``op.supported_backward_dtypes(D)`` return (a name
+torch does not know is registered as the PrivateUse1 backend first, as snpu is), and a ``DecorateInfo``
+whose ``device_type`` is set to another device type (neither D nor ``privateuse1`` for a PrivateUse1
+backend; for cuda/rocm/xpu also ``cuda``) is left out wherever it appears.
 """
 
 from __future__ import annotations
@@ -110,6 +117,20 @@ def _source(fn: Any) -> str:
     return ast.dump(tree)
 
 
+_BUILTIN = {"cpu", "cuda", "rocm", "hip", "xpu", "mps", "hpu", "meta", "mtia", "xla", "lazy", "ipu", "ve", "fpga", "maia",
+            "vulkan", "ort", "mkldnn", "opengl", "opencl", "ideep"}
+_DECORATE_TYPES: set[str] | None = None  # DecorateInfo device types that apply (None: every one)
+
+
+def _applies(x: Any) -> bool:
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    if _DECORATE_TYPES is None or not isinstance(x, DecorateInfo) or x.device_type is None:
+        return True
+    types_ = x.device_type if isinstance(x.device_type, list | tuple) else [x.device_type]  # 2.14: a sequence
+    return any(str(t).lower() in _DECORATE_TYPES for t in types_)
+
+
 def describe(x: Any, depth: int = 0) -> Any:
     import torch
     from torch.testing._internal.opinfo.core import OpInfo
@@ -127,7 +148,7 @@ def describe(x: Any, depth: int = 0) -> Any:
     if isinstance(x, set | frozenset):
         return sorted(str(describe(v, depth + 1)) for v in x)
     if isinstance(x, list | tuple):
-        return [type(x).__name__, *[describe(v, depth + 1) for v in x]]
+        return [type(x).__name__, *[describe(v, depth + 1) for v in x if _applies(v)]]
     if isinstance(x, dict):
         return {str(describe(k, depth + 1)): describe(v, depth + 1) for k, v in x.items()}
     if isinstance(x, functools.partial):
@@ -144,7 +165,32 @@ def describe(x: Any, depth: int = 0) -> Any:
     return _ADDR.sub("", repr(x))
 
 
-def dump(root: str | None) -> dict[str, Any]:
+def _device_arg(device: str | None) -> str | None:
+    """What to pass torch's OpInfo methods for ``device``; sets the DecorateInfo device types that apply."""
+    global _DECORATE_TYPES
+    if device is None:
+        return None
+    import torch
+
+    d = device.lower()
+    if d in _BUILTIN:
+        _DECORATE_TYPES = {d, "cuda"} if d in ("cuda", "rocm", "hip", "xpu") else {d}
+        return d
+    torch.utils.rename_privateuse1_backend(d)  # as the backend itself does; OpInfo resolves privateuse1 to it
+    _DECORATE_TYPES = {d, "privateuse1"}
+    return "privateuse1"
+
+
+def _device_view(op: Any, attrs: dict[str, Any], arg: str) -> None:
+    """Per-device dtype attributes replaced by what the harness asks the entry for on this device."""
+    for k in [k for k in attrs if k == "dtypesIf" or k.startswith("backward_dtypesIf") or k.startswith("dtypesIf")]:
+        del attrs[k]
+    attrs["supported_dtypes(device)"] = describe(set(op.supported_dtypes(arg)))
+    attrs["supported_backward_dtypes(device)"] = describe(set(op.supported_backward_dtypes(arg)))
+
+
+def dump(root: str | None, device: str | None = None) -> dict[str, Any]:
+    arg = _device_arg(device)
     if root:
         cmi, patched = _import_other(root)
     else:
@@ -166,12 +212,20 @@ def dump(root: str | None) -> dict[str, Any]:
             # entry of a version whose OpInfo class gained a field differs there); what they set is compared
             # in the attributes themselves
             attrs.update({k: describe(v) for k, v in sorted(vars(op).items()) if not k.startswith("_original_")})
+            if arg is not None:
+                _device_view(op, attrs, arg)
             out[key] = {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
                         for k, v in attrs.items()}
     return {"entries": out, "patched": sorted(set(patched))}
 
 
 if __name__ == "__main__":
-    data = dump(sys.argv[1] if len(sys.argv) > 1 else None)
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root", nargs="?")
+    ap.add_argument("--device", help="fingerprint only what this device type's tests see")
+    a = ap.parse_args()
+    data = dump(a.root, a.device)
     print(f"placeholders for names the installed torch lacks: {data['patched']}", file=sys.stderr)
     json.dump(data, sys.stdout, sort_keys=True)

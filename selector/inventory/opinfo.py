@@ -16,6 +16,7 @@ from pathlib import Path
 
 from crcr.contracts.inventory import Inventory, InventoryTest
 from selector.fingerprint import digest, normalised
+from selector.inventory.opinfo_scope import UNKNOWN, DeviceScope, bindings, for_device, specialise
 from selector.inventory.sources import INTERNAL, TorchSources
 
 _DB_SUFFIXES = ("op_db", "python_ref_db")
@@ -179,7 +180,7 @@ def _module_constants(tree: ast.Module) -> dict[str, object]:
     return out
 
 
-_MISSING = object()
+_MISSING = UNKNOWN
 
 
 def _value(node: ast.AST | None, env: dict[str, object]) -> object:
@@ -325,7 +326,7 @@ class _Evaluator:
         if len(returns) != 1:
             self.unevaluated.append((call.lineno, f"helper {fn.name} does not return one expression"))
             return []
-        ctx = [*context, normalised(call), normalised(fn)]
+        ctx = [*context, normalised(call), _code_of(specialise(fn, bindings(fn, call, env, _static), _static))]
         return self.expand(returns[0].value, inner, ctx, depth + 1)  # type: ignore[arg-type]
 
 
@@ -349,6 +350,27 @@ def _compare(node: ast.Compare, env: dict[str, object]) -> object:
     except TypeError:
         return _MISSING
     return _MISSING
+
+
+def _static(node: ast.AST, env: dict[str, object]) -> object:
+    """A static value (comparisons included), or UNKNOWN."""
+    return _compare(node, env) if isinstance(node, ast.Compare) else _value(node, env)
+
+
+def _helper_codes(node: ast.AST, env: dict[str, object], funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef],
+                  helpers: dict[str, str]) -> list[str]:
+    """The code of every module-level helper ``node`` names: a helper it calls, specialised for that call's
+    static arguments (the branches the call does not take are left out); a helper it only names, whole."""
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers]
+    named = [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in helpers]
+    codes: dict[str, set[str]] = {}
+    for name in set(named):
+        its_calls = [c for c in calls if c.func.id == name]  # type: ignore[attr-defined]
+        codes[name] = {_code_of(specialise(funcs[name], bindings(funcs[name], c, env, _static), _static))
+                       for c in its_calls}
+        if named.count(name) > len(its_calls):
+            codes[name].add(helpers[name])
+    return [code for name in sorted(codes) for code in sorted(codes[name])]
 
 
 def _found_name(found: _Found) -> tuple[str | None, str]:
@@ -382,12 +404,16 @@ class ScanResult:
     unevaluated: list[str]  # "file:line: why", entries whose name or existence is not static
 
 
-def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = False) -> ScanResult:
+def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = False,
+             device: str | None = None) -> ScanResult:
     """Every statically evaluable OpInfo entry of one torch version, by key, and what was not evaluable.
 
-    ``legacy`` keeps the scanner as it was before issue 8's exact upgrade (literal list elements only,
-    no helpers, comprehensions or appends), for the benchmark's before/after figure.
+    ``device``: fingerprint only what can reach that device type's tests (dtype sets and DecorateInfo of
+    other device types left out; see opinfo_scope); None: every device's. ``legacy`` keeps the scanner as
+    it was before issue 8's exact upgrade (literal list elements only, no helpers, comprehensions or
+    appends, every device), for the benchmark's before/after figure.
     """
+    scope = DeviceScope.of(device) if device and not legacy else None
     parsed: list[tuple[str, ast.Module, str]] = []
     funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for rel in sources.opinfo_files():
@@ -396,13 +422,14 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
             tree = ast.parse(text)
         except SyntaxError:
             continue
+        for_device(tree, scope)
         parsed.append((rel, tree, text))
         for name, fn in _functions(tree).items():
             funcs.setdefault(name, fn)
     if not legacy:
         for rel in sources.helper_files():
             try:
-                for name, fn in _functions(ast.parse(sources.read(rel))).items():
+                for name, fn in _functions(for_device(ast.parse(sources.read(rel)), scope)).items():
                     funcs.setdefault(name, fn)
             except SyntaxError:
                 continue
@@ -427,14 +454,14 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                     name = f"_foreach_{name}"  # as ForeachFuncInfo names itself
                 key = f"{name}.{variant}" if variant else name
                 used = sorted({n.id for n in ast.walk(f.call) if isinstance(n, ast.Name) and n.id in helpers})
-                fp = digest(normalised(f.call), _json(f.env), *f.context, *[helpers[h] for h in used])
+                codes = [helpers[h] for h in used] if legacy else _helper_codes(f.call, f.env, funcs, helpers)
+                fp = digest(normalised(f.call), _json(f.env), *f.context, *codes)
                 entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used)
                 if not legacy:
                     env_ctx = (_json(f.env), *f.context)
-                    entry.kw_fps = {
-                        kw.arg or "**": digest(normalised(kw.value), *env_ctx, *[
-                            helpers[n.id] for n in ast.walk(kw.value) if isinstance(n, ast.Name) and n.id in helpers])
-                        for kw in f.call.keywords}
+                    entry.kw_fps = {kw.arg or "**": digest(normalised(kw.value), *env_ctx,
+                                                           *_helper_codes(kw.value, f.env, funcs, helpers))
+                                    for kw in f.call.keywords}
                 if with_source:
                     entry.source = ast.get_source_segment(text, f.call) or ""
                 # An op_db entry beats any other list's entry of the same key; within a kind the first
@@ -476,17 +503,19 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
     return scan_all(sources, with_source).entries
 
 
-def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None) -> Inventory:
+def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None,
+                     device: str | None = None) -> Inventory:
     """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry.
 
     ``runtime_keys``: the keys the imported module's databases hold (for the installed torch). An entry
     the module holds but the static evaluation did not see gets a "not evaluated" fingerprint of its
     version (so it always counts as changed) and an error record; so does every database expression
-    whose entries could not be evaluated statically. Nothing is dropped silently.
+    whose entries could not be evaluated statically. Nothing is dropped silently. ``device``: fingerprints
+    of what applies to that device type's tests only (recorded in the inventory's ``device``).
     """
     from crcr.contracts.inventory import InventoryError
 
-    result = scan_all(sources)
+    result = scan_all(sources, device=device)
     tests = [
         InventoryTest(id=f"{e.file}::{e.db}::{e.key}", file=e.file, cls=e.db, method=e.key, op=e.key,
                       fingerprint=e.fingerprint, opinfo_fingerprint=e.fingerprint)
@@ -501,7 +530,8 @@ def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None
                                    fingerprint=fp, opinfo_fingerprint=fp))
         errors.append(InventoryError(file=file, error_class="NotEvaluated", missing=key, torch_version=sources.version,
                                      message=f"{key}: in the imported op_db, not found statically"))
-    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, tests=tests, errors=errors)
+    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, device=device, tests=tests,
+                    errors=errors)
     inv.tests.sort(key=lambda t: t.id)
     return inv
 
