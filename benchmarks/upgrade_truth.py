@@ -10,7 +10,8 @@ lacks are replaced by named placeholders and listed on stderr, so the entries st
 
 Each entry (op_db, python_ref_db and the foreach lists, keyed name[.variant_test_name] as op_db keys
 them; foreach entries as _foreach_<name>) is fingerprinted from what it is: every attribute of the
-object, functions by their normalised source, DecorateInfo by its decorators, class, test,
+object, functions by their normalised source and that of every function of the OpInfo definition modules
+(common_methods_invocations, opinfo/*) they reach by global name, transitively, DecorateInfo by its decorators, class, test,
 device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
 
 With --device D, only what D's tests can see is fingerprinted, read from the runtime objects the
@@ -131,6 +132,42 @@ def _applies(x: Any) -> bool:
     return any(str(t).lower() in _DECORATE_TYPES for t in types_)
 
 
+_DEFINITION_MODULES = ("torch.testing._internal.common_methods_invocations", "torch.testing._internal.opinfo")
+_CALLEES: dict[Any, list[Any]] = {}
+
+
+def _names(code: types.CodeType) -> set[str]:
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _names(c)
+    return out
+
+
+def _callees(fn: Any) -> list[Any]:
+    """Module-level functions of the OpInfo definition modules that ``fn`` reaches by global name, transitively
+    (a sample-inputs function's shared generator is part of what the entry does), in a stable order."""
+    if fn in _CALLEES:
+        return _CALLEES[fn]
+    _CALLEES[fn] = []  # cycles
+    seen: dict[str, Any] = {}
+    todo = [fn]
+    while todo:
+        f = inspect.unwrap(todo.pop())  # a decorated sample-inputs generator: the function it wraps
+        code, glb = getattr(f, "__code__", None), getattr(f, "__globals__", {})
+        if code is None:
+            continue
+        for n in _names(code):
+            g = glb.get(n)
+            g = inspect.unwrap(g) if callable(g) else g
+            if (isinstance(g, types.FunctionType) and g is not fn and str(g.__module__).startswith(_DEFINITION_MODULES)
+                    and f"{g.__module__}.{g.__qualname__}" not in seen):
+                seen[f"{g.__module__}.{g.__qualname__}"] = g
+                todo.append(g)
+    _CALLEES[fn] = [seen[k] for k in sorted(seen)]
+    return _CALLEES[fn]
+
+
 def describe(x: Any, depth: int = 0) -> Any:
     import torch
     from torch.testing._internal.opinfo.core import OpInfo
@@ -154,7 +191,8 @@ def describe(x: Any, depth: int = 0) -> Any:
     if isinstance(x, functools.partial):
         return ["partial", describe(x.func, depth + 1), describe(x.args, depth + 1), describe(x.keywords, depth + 1)]
     if isinstance(x, types.FunctionType | types.MethodType):
-        return ["fn", getattr(x, "__qualname__", ""), _source(x)]
+        fn = getattr(x, "__func__", x)
+        return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
     slots = [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]

@@ -163,3 +163,44 @@ def test_every_output_counts_the_same_re_evaluated_tests(cli, tmp_path):
     assert "(opinfo, for snpu's tests): added 0, removed 0, changed 4, unchanged 5" in out
     assert "12 re-evaluated (op added or changed), 0 removed, 15 unchanged" in out
     assert "re-planned: 12 re-evaluated tests" in err and "(12 tests re-evaluated)" in out
+
+
+CORE_OLD = '''
+def _shared_unary_tensors(n):
+    return [n]
+
+def sample_inputs_elementwise_unary(op, device, dtype, requires_grad):
+    return _shared_unary_tensors(3)
+
+class OpInfo:
+    pass
+
+class UnaryUfuncInfo(OpInfo):
+    def __init__(self, name, *, sample_inputs_func=sample_inputs_elementwise_unary, **kwargs):
+        super().__init__(name, sample_inputs_func=sample_inputs_func, **kwargs)
+'''
+CMI = '''
+from torch.testing._internal.opinfo.core import UnaryUfuncInfo
+
+def sample_inputs_own(op, device, dtype, requires_grad):
+    return [1]
+
+op_db = [
+    UnaryUfuncInfo('sin', dtypes=floating_types()),
+    UnaryUfuncInfo('own', dtypes=floating_types(), sample_inputs_func=sample_inputs_own),
+]
+'''
+
+
+def test_a_change_in_a_shared_helper_reaches_the_entries_whose_class_installs_it(tmp_path):
+    """sin gets its samples from its class's default, which calls a shared generator: a change there is a
+    change to sin (and not to an entry that passes its own sample function)."""
+    def scanned(version: str, core: str) -> dict[str, str]:
+        torch_dir = _torch(tmp_path / version, version, CMI)
+        (torch_dir / "testing" / "_internal" / "opinfo").mkdir()
+        (torch_dir / "testing" / "_internal" / "opinfo" / "core.py").write_text(core)
+        return {k: e.fingerprint for k, e in scan_all(TorchSources(torch_dir), device="snpu").entries.items()}
+
+    old = scanned("2.13.0", CORE_OLD)
+    new = scanned("2.14.1", CORE_OLD.replace("return [n]", "return [n, -n]"))
+    assert old["own"] == new["own"] and old["sin"] != new["sin"]
