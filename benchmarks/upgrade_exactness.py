@@ -1,13 +1,15 @@
-"""How exact is `crcr select upgrade` from the installed torch (2.13.0) to the 2.14.1 wheel?
+"""How exact is `crcr select upgrade` from the installed torch (2.13.0) to the 2.14.1 wheel (or another pair)?
 
-    python benchmarks/upgrade_exactness.py [--wheel PATH] [--tests INVENTORY]
+    python benchmarks/upgrade_exactness.py [--from installed|WHEEL|DIR] [--to WHEEL|DIR|installed]
+                                           [--device snpu|cpu|...|any] [--tests INVENTORY ...]
 
 Ground truth (independent of crcr's scanner): each version's op_db, python_ref_db and foreach lists
 imported in a throwaway child process (benchmarks/upgrade_truth.py; 2.14.1's torch.testing._internal
 extracted from the wheel to a temporary directory, never installed) and every entry fingerprinted from
 its runtime attributes. An entry really changed when an attribute both versions have differs, or it
 was added. Predicted: the OpInfo keys crcr calls added or changed, by the scanner before issue 8's
-exact upgrade (literal list elements only) and after (same run). Precision and recall are reported
+exact upgrade (literal list elements only) and after (same run), for --device (the ground truth then
+compares what that device's tests see: upgrade_truth.py --device). Precision and recall are reported
 per OpInfo entry and, with --tests (a test-level inventory, e.g. `crcr select inventory -o inv.json`),
 per test: a test is re-evaluated when its op is predicted, really changed when its op is.
 """
@@ -102,12 +104,13 @@ def main() -> None:
         real = really_changed(truth(old_root, device), truth(new_root, device))
     print(f"  {len(real)} OpInfo entries really added or changed ({time.perf_counter() - t0:.0f}s)")
     before = compare(legacy_inventory(old_src), legacy_inventory(new_src))
-    keys = installed_keys(args.data_dir) if args.from_ == "installed" else None
+    old_keys = installed_keys(args.data_dir) if args.from_ == "installed" else None
+    new_keys = installed_keys(args.data_dir) if to == "installed" else None
     rows = [("before (literal list elements)", set(before.to_reevaluate))]
     for label, dev in (("every device", None), (f"device {args.device}", device)):
         if label == "every device" and device is None:
             continue
-        old_inv, new_inv = opinfo_inventory(old_src, keys, device=dev), opinfo_inventory(new_src, device=dev)
+        old_inv, new_inv = opinfo_inventory(old_src, old_keys, device=dev), opinfo_inventory(new_src, new_keys, device=dev)
         rows.append((f"after, {label}", set(compare(old_inv, new_inv).to_reevaluate)))
     not_static = [e for inv in (old_inv, new_inv) for e in inv.errors]
     print(f"not evaluated statically: {len(not_static)}" + "".join(f"\n  {e.torch_version}: {e.missing or e.file}: "
