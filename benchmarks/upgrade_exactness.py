@@ -47,10 +47,13 @@ def truth(root: Path | None, device: str | None) -> dict[str, dict[str, str]]:
 
 
 def really_changed(old: dict[str, dict[str, str]], new: dict[str, dict[str, str]]) -> set[str]:
+    """Added entries, and entries with an attribute that differs; an attribute only one version's class has
+    counts where the entry holds a value other than the class default (digest not marked "d:")."""
     out = set(new) - set(old)
     for key in set(old) & set(new):
         a, b = old[key], new[key]
-        if any(a[k] != b[k] for k in set(a) & set(b)):
+        if (any(a[k].removeprefix("d:") != b[k].removeprefix("d:") for k in set(a) & set(b))
+                or any(not side[k].startswith("d:") for side in (a, b) for k in set(side) - set(a).intersection(b))):
             out.add(key)
     return out
 

@@ -192,6 +192,9 @@ def describe(x: Any, depth: int = 0) -> Any:
         return ["partial", describe(x.func, depth + 1), describe(x.args, depth + 1), describe(x.keywords, depth + 1)]
     if isinstance(x, types.FunctionType | types.MethodType):
         fn = getattr(x, "__func__", x)
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is not None:  # a decorator's wrapper (torch.no_grad() on a partial of a sample-inputs generator)
+            return ["wrapped", getattr(fn, "__qualname__", ""), describe(inner, depth + 1)]
         return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
@@ -227,6 +230,19 @@ def _device_view(op: Any, attrs: dict[str, Any], arg: str) -> None:
     attrs["supported_backward_dtypes(device)"] = describe(set(op.supported_backward_dtypes(arg)))
 
 
+def _defaults(op: Any) -> dict[str, Any]:
+    """The described default of each dataclass field of the entry's class."""
+    import dataclasses
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(op):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = describe(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = describe(f.default_factory())
+    return out
+
+
 def dump(root: str | None, device: str | None = None) -> dict[str, Any]:
     arg = _device_arg(device)
     if root:
@@ -252,7 +268,11 @@ def dump(root: str | None, device: str | None = None) -> dict[str, Any]:
             attrs.update({k: describe(v) for k, v in sorted(vars(op).items()) if not k.startswith("_original_")})
             if arg is not None:
                 _device_view(op, attrs, arg)
-            out[key] = {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            # an attribute at its class's default is marked "d:" so that a field only one version has counts as a
+            # change only where the entry sets it (2.13's has_nondeterministic_output=True on empty)
+            defaults = _defaults(op)
+            out[key] = {k: ("d:" if k in defaults and defaults[k] == v else "")
+                        + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
                         for k, v in attrs.items()}
     return {"entries": out, "patched": sorted(set(patched))}
 
