@@ -1,6 +1,6 @@
 """Ground truth for benchmarks/upgrade_exactness.py: one torch version's OpInfo entries as they are at runtime.
 
-    python benchmarks/upgrade_truth.py [TORCH_ROOT]   # prints {key: {attribute: digest}} as JSON
+    python benchmarks/upgrade_truth.py [--device D] [TORCH_ROOT]   # prints {key: {attribute: digest}} as JSON
 
 Runs in a throwaway child process. Without TORCH_ROOT it imports the installed torch's
 ``common_methods_invocations``. With TORCH_ROOT (a directory holding a wheel's extracted ``torch/testing/_internal``),
@@ -10,8 +10,16 @@ lacks are replaced by named placeholders and listed on stderr, so the entries st
 
 Each entry (op_db, python_ref_db and the foreach lists, keyed name[.variant_test_name] as op_db keys
 them; foreach entries as _foreach_<name>) is fingerprinted from what it is: every attribute of the
-object, functions by their normalised source, DecorateInfo by its decorators, class, test,
+object, functions by their normalised source and that of every function of the OpInfo definition modules
+(common_methods_invocations, opinfo/*) they reach by global name, transitively, DecorateInfo by its decorators, class, test,
 device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
+
+With --device D, only what D's tests can see is fingerprinted, read from the runtime objects the
+way torch's harness reads them: the per-device dtype attributes (``dtypesIf``, ``backward_dtypesIf*``)
+are replaced by what ``op.supported_dtypes(D)`` and ``op.supported_backward_dtypes(D)`` return (a name
+torch does not know is registered as the PrivateUse1 backend first, as snpu is), and a ``DecorateInfo``
+whose ``device_type`` is set to another device type (neither D nor ``privateuse1`` for a PrivateUse1
+backend; for cuda/rocm/xpu also ``cuda``) is left out wherever it appears.
 """
 
 from __future__ import annotations
@@ -110,6 +118,56 @@ def _source(fn: Any) -> str:
     return ast.dump(tree)
 
 
+_BUILTIN = {"cpu", "cuda", "rocm", "hip", "xpu", "mps", "hpu", "meta", "mtia", "xla", "lazy", "ipu", "ve", "fpga", "maia",
+            "vulkan", "ort", "mkldnn", "opengl", "opencl", "ideep"}
+_DECORATE_TYPES: set[str] | None = None  # DecorateInfo device types that apply (None: every one)
+
+
+def _applies(x: Any) -> bool:
+    from torch.testing._internal.opinfo.core import DecorateInfo
+
+    if _DECORATE_TYPES is None or not isinstance(x, DecorateInfo) or x.device_type is None:
+        return True
+    types_ = x.device_type if isinstance(x.device_type, list | tuple) else [x.device_type]  # 2.14: a sequence
+    return any(str(t).lower() in _DECORATE_TYPES for t in types_)
+
+
+_DEFINITION_MODULES = ("torch.testing._internal.common_methods_invocations", "torch.testing._internal.opinfo")
+_CALLEES: dict[Any, list[Any]] = {}
+
+
+def _names(code: types.CodeType) -> set[str]:
+    out = set(code.co_names)
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out |= _names(c)
+    return out
+
+
+def _callees(fn: Any) -> list[Any]:
+    """Module-level functions of the OpInfo definition modules that ``fn`` reaches by global name, transitively
+    (a sample-inputs function's shared generator is part of what the entry does), in a stable order."""
+    if fn in _CALLEES:
+        return _CALLEES[fn]
+    _CALLEES[fn] = []  # cycles
+    seen: dict[str, Any] = {}
+    todo = [fn]
+    while todo:
+        f = inspect.unwrap(todo.pop())  # a decorated sample-inputs generator: the function it wraps
+        code, glb = getattr(f, "__code__", None), getattr(f, "__globals__", {})
+        if code is None:
+            continue
+        for n in _names(code):
+            g = glb.get(n)
+            g = inspect.unwrap(g) if callable(g) else g
+            if (isinstance(g, types.FunctionType) and g is not fn and str(g.__module__).startswith(_DEFINITION_MODULES)
+                    and f"{g.__module__}.{g.__qualname__}" not in seen):
+                seen[f"{g.__module__}.{g.__qualname__}"] = g
+                todo.append(g)
+    _CALLEES[fn] = [seen[k] for k in sorted(seen)]
+    return _CALLEES[fn]
+
+
 def describe(x: Any, depth: int = 0) -> Any:
     import torch
     from torch.testing._internal.opinfo.core import OpInfo
@@ -127,13 +185,17 @@ def describe(x: Any, depth: int = 0) -> Any:
     if isinstance(x, set | frozenset):
         return sorted(str(describe(v, depth + 1)) for v in x)
     if isinstance(x, list | tuple):
-        return [type(x).__name__, *[describe(v, depth + 1) for v in x]]
+        return [type(x).__name__, *[describe(v, depth + 1) for v in x if _applies(v)]]
     if isinstance(x, dict):
         return {str(describe(k, depth + 1)): describe(v, depth + 1) for k, v in x.items()}
     if isinstance(x, functools.partial):
         return ["partial", describe(x.func, depth + 1), describe(x.args, depth + 1), describe(x.keywords, depth + 1)]
     if isinstance(x, types.FunctionType | types.MethodType):
-        return ["fn", getattr(x, "__qualname__", ""), _source(x)]
+        fn = getattr(x, "__func__", x)
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is not None:  # a decorator's wrapper (torch.no_grad() on a partial of a sample-inputs generator)
+            return ["wrapped", getattr(fn, "__qualname__", ""), describe(inner, depth + 1)]
+        return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
     slots = [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]
@@ -144,7 +206,45 @@ def describe(x: Any, depth: int = 0) -> Any:
     return _ADDR.sub("", repr(x))
 
 
-def dump(root: str | None) -> dict[str, Any]:
+def _device_arg(device: str | None) -> str | None:
+    """What to pass torch's OpInfo methods for ``device``; sets the DecorateInfo device types that apply."""
+    global _DECORATE_TYPES
+    if device is None:
+        return None
+    import torch
+
+    d = device.lower()
+    if d in _BUILTIN:
+        _DECORATE_TYPES = {d, "cuda"} if d in ("cuda", "rocm", "hip", "xpu") else {d}
+        return d
+    torch.utils.rename_privateuse1_backend(d)  # as the backend itself does; OpInfo resolves privateuse1 to it
+    _DECORATE_TYPES = {d, "privateuse1"}
+    return "privateuse1"
+
+
+def _device_view(op: Any, attrs: dict[str, Any], arg: str) -> None:
+    """Per-device dtype attributes replaced by what the harness asks the entry for on this device."""
+    for k in [k for k in attrs if k == "dtypesIf" or k.startswith("backward_dtypesIf") or k.startswith("dtypesIf")]:
+        del attrs[k]
+    attrs["supported_dtypes(device)"] = describe(set(op.supported_dtypes(arg)))
+    attrs["supported_backward_dtypes(device)"] = describe(set(op.supported_backward_dtypes(arg)))
+
+
+def _defaults(op: Any) -> dict[str, Any]:
+    """The described default of each dataclass field of the entry's class."""
+    import dataclasses
+
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(op):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = describe(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            out[f.name] = describe(f.default_factory())
+    return out
+
+
+def dump(root: str | None, device: str | None = None) -> dict[str, Any]:
+    arg = _device_arg(device)
     if root:
         cmi, patched = _import_other(root)
     else:
@@ -166,12 +266,24 @@ def dump(root: str | None) -> dict[str, Any]:
             # entry of a version whose OpInfo class gained a field differs there); what they set is compared
             # in the attributes themselves
             attrs.update({k: describe(v) for k, v in sorted(vars(op).items()) if not k.startswith("_original_")})
-            out[key] = {k: hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
+            if arg is not None:
+                _device_view(op, attrs, arg)
+            # an attribute at its class's default is marked "d:" so that a field only one version has counts as a
+            # change only where the entry sets it (2.13's has_nondeterministic_output=True on empty)
+            defaults = _defaults(op)
+            out[key] = {k: ("d:" if k in defaults and defaults[k] == v else "")
+                        + hashlib.sha256(json.dumps(v, sort_keys=True, default=str).encode()).hexdigest()[:16]
                         for k, v in attrs.items()}
     return {"entries": out, "patched": sorted(set(patched))}
 
 
 if __name__ == "__main__":
-    data = dump(sys.argv[1] if len(sys.argv) > 1 else None)
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root", nargs="?")
+    ap.add_argument("--device", help="fingerprint only what this device type's tests see")
+    a = ap.parse_args()
+    data = dump(a.root, a.device)
     print(f"placeholders for names the installed torch lacks: {data['patched']}", file=sys.stderr)
     json.dump(data, sys.stdout, sort_keys=True)

@@ -40,6 +40,12 @@ def compare(old: Inventory, new: Inventory) -> InventoryDiff:
     entry it lacks may be one of those: it counts as changed (its tests are re-evaluated), not removed.
     """
     gran = "opinfo" if old.granularity == new.granularity == "opinfo" else "test"
+    if gran == "opinfo" and old.device != new.device:
+        from selector.errors import SelectorInputError
+
+        raise SelectorInputError(
+            f"the two OpInfo inventories were read for different devices ({old.device or 'every device'}, "
+            f"{new.device or 'every device'}): their fingerprints do not compare", hint="read both for the same --device")
     unknown_in_new = gran == "opinfo" and any(e.error_class == "NotEvaluated" and not e.missing for e in new.errors)
     a = {_key(t, gran): t.fingerprint for t in old.tests}
     b = {_key(t, gran): t.fingerprint for t in new.tests}

@@ -68,15 +68,16 @@ def _progress() -> Any:
                     TimeElapsedColumn(), transient=True, disable=not sys.stderr.isatty())
 
 
-def _load_inventory_arg(path: Path) -> Any:
-    """An inventory JSON, or a torch install / wheel read statically at OpInfo level."""
+def _load_inventory_arg(path: Path, device: str | None = None) -> Any:
+    """An inventory JSON, or a torch install / wheel read statically at OpInfo level (for ``device``'s tests only,
+    when given)."""
     from crcr.contracts.inventory import load_inventory
 
     if path.suffix == ".whl" or path.is_dir():
         from selector.inventory.opinfo import opinfo_inventory
         from selector.inventory.sources import TorchSources
 
-        return opinfo_inventory(TorchSources(path))
+        return opinfo_inventory(TorchSources(path), device=device)
     if str(path) == "installed":
         # The installed torch imports: its op_db says which entries exist; what the static evaluation
         # misses is reported and counted as changed.
@@ -90,7 +91,7 @@ def _load_inventory_arg(path: Path) -> Any:
             typer.echo(f"warning: the installed op_db could not be read ({exc}); entries are read statically only",
                        err=True)
             keys = None
-        return opinfo_inventory(TorchSources(installed_torch_dir()), keys)
+        return opinfo_inventory(TorchSources(installed_torch_dir()), keys, device=device)
     return load_inventory(path)
 
 
@@ -102,7 +103,7 @@ def _load_inventory_arg(path: Path) -> Any:
     "of test/**/test_*.py with @ops expanded against op_db, no upstream code run; --agreement prints the "
     "static inventory's Jaccard agreement with collection per file), --test-times (file level, from "
     "PyTorch's test-times.json), or --opinfo (one entry per OpInfo of a torch install or wheel, read "
-    "statically: --torch PATH|installed).\n\n"
+    "statically: --torch PATH|installed; fingerprints cover what applies to --device's tests).\n\n"
     "A file that does not import on the installed torch is recorded under the inventory's errors (the "
     "missing name and the torch version) and the command exits 1."
 ))
@@ -151,7 +152,7 @@ def inventory_cmd(
         for p in left_out[:20]:
             typer.echo(f"warning: test-times entry {p}", err=True)
     elif opinfo:
-        inv = _load_inventory_arg(Path(torch)) if torch != "installed" else _load_inventory_arg(Path("installed"))
+        inv = _load_inventory_arg(Path(torch), device)
     else:
         from selector.inventory.embedded import collect_embedded
 
@@ -323,9 +324,13 @@ def plan_cmd(
     "--from/--to take inventory JSON files, or a torch directory / .whl / 'installed' read statically at OpInfo "
     "level, e.g. --from installed --to torch-2.14.1-...whl: entries keyed name[.variant] from op_db's own lists, "
     "those built by comprehensions, helper functions and appends included; 'installed' also reads the imported "
-    "op_db's entry names, and what could not be evaluated statically is printed and counts as changed. With "
-    "OpInfo-level inputs, --tests INVENTORY maps the change onto a test-level inventory. With --backend, the plan "
-    "is updated and its diff printed as Markdown; every line counts the same re-evaluated tests."
+    "op_db's entry names, and what could not be evaluated statically is printed and counts as changed. A torch "
+    "read at OpInfo level is read for one device's tests (--device, default the backend's device, else every "
+    "device): dtype sets and DecorateInfo of other device types (dtypesIfCUDA, backward_dtypesIfXPU, "
+    "device_type='cuda') are left out, and a helper called with static arguments is read for the branches that "
+    "call takes. With OpInfo-level inputs, --tests INVENTORY maps the change onto a test-level inventory. With "
+    "--backend, the plan is updated and its diff printed as Markdown; every line, and --json, counts the same "
+    "re-evaluated tests."
 ))
 def upgrade_cmd(
     from_: Annotated[Path, typer.Option("--from", help="old inventory (JSON, torch dir, .whl or 'installed')")],
@@ -339,14 +344,22 @@ def upgrade_cmd(
     pytorch_src: Annotated[Path | None, typer.Option(help="the new version's checkout, for the agent's read_test_source")] = None,
     markdown: Annotated[Path | None, typer.Option(help="also write the plan diff Markdown here")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print counts as JSON")] = False,
+    device: Annotated[str | None, typer.Option("--device", help="read a torch for this device type's tests only "
+                                               "(default: the backend's device; without --backend every device)")] = None,
 ) -> None:
     from crcr.contracts.inventory import load_inventory
     from selector.upgrade import compare, project_opinfo, with_new_opinfo
 
-    old, new = _load_inventory_arg(from_), _load_inventory_arg(to)
+    if device is None and backend is not None:
+        from selector.capabilities import capability_path, load_capabilities
+
+        device = load_capabilities(capabilities or capability_path(backend)).device
+    old, new = _load_inventory_arg(from_, device), _load_inventory_arg(to, device)
     diff = compare(old, new)
     result: dict[str, Any] = {"from": old.torch_version, "to": new.torch_version, "granularity": new.granularity,
                               **diff.counts()}
+    if new.granularity == "opinfo":
+        result["device"] = new.device  # null: every device's attributes were read
     test_inv = None
     # One set of re-evaluated tests, counted the same in every line: the tests of added or changed ops
     # (OpInfo level with --tests), or the added and changed tests (test level).
@@ -355,31 +368,33 @@ def upgrade_cmd(
         test_inv = load_inventory(tests)
         projected = project_opinfo(diff, test_inv)
         re_evaluated = set(projected.changed)
-        result["tests"] = {**projected.counts(), "re_evaluated": len(re_evaluated),
-                           "re_evaluated_ids": sorted(re_evaluated)}
+        result["tests"] = projected.counts()  # the test inventory's tests by their op's fate
     elif new.granularity != "opinfo":
         re_evaluated = set(diff.to_reevaluate)
+    if new.granularity != "opinfo" or test_inv is not None:
         result["re_evaluated"] = len(re_evaluated)
+        result["re_evaluated_ids"] = sorted(re_evaluated)
     not_static = sorted({f"{e.torch_version}: {e.missing or e.file + ': ' + e.message}"
                          for inv in (old, new) for e in inv.errors if e.error_class == "NotEvaluated"})
     if not_static:
         result["unevaluated"] = not_static
-    if as_json:
-        typer.echo(json.dumps(result, indent=1, sort_keys=True))
-    else:
-        typer.echo(f"{result['from']} -> {result['to']} ({new.granularity}): added {diff.counts()['added']}, "
+    if not as_json:
+        scope = f", for {new.device}'s tests" if new.granularity == "opinfo" and new.device else ""
+        typer.echo(f"{result['from']} -> {result['to']} ({new.granularity}{scope}): added {diff.counts()['added']}, "
                    f"removed {diff.counts()['removed']}, changed {diff.counts()['changed']}, "
                    f"unchanged {diff.counts()['unchanged']}")
         if "tests" in result:
             t = result["tests"]
-            typer.echo(f"tests of {tests}: {t['re_evaluated']} re-evaluated (op added or changed), {t['removed']} removed, "
-                       f"{t['unchanged']} unchanged")
+            typer.echo(f"tests of {tests}: {result['re_evaluated']} re-evaluated (op added or changed), {t['removed']} "
+                       f"removed, {t['unchanged']} unchanged")
         elif "re_evaluated" in result:
             typer.echo(f"tests: {result['re_evaluated']} re-evaluated (added or changed)")
         if result.get("unevaluated"):
             typer.echo(f"not evaluated statically: {len(result['unevaluated'])} (named entries count as changed): "
                        f"{'; '.join(result['unevaluated'][:10])}" + (" ..." if len(result["unevaluated"]) > 10 else ""))
     if backend is None:
+        if as_json:
+            typer.echo(json.dumps(result, indent=1, sort_keys=True))
         return
     from crcr.contracts.plan import load_plan
     from selector.agent.tools import Tools
@@ -412,10 +427,23 @@ def upgrade_cmd(
         line += (f"; {len(first)} unchanged tests classified for the first time "
                  f"(no bot decision for them in {'the previous plan' if before is not None else 'any plan: none existed'})")
     typer.echo(f"{line}; {report.reused} decisions kept", err=True)
+    # The same set again, for a bot: the JSON's re-plan counts are the ones printed above.
+    result["replan"] = {"re_evaluated": len(re_evaluated), "classified_again": len(again),
+                        "reused_from_cache": len(re_evaluated) - len(again), "first_time": len(first),
+                        "first_time_ids": sorted(first), "decisions_kept": report.reused}
     if before is not None:
         flips, n = diff_plans(before, load_plan(out_dir), target)
-        md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version}")
-        _emit_markdown(md, markdown)
+        md = render_markdown(flips, n, f"Plan change for {backend}: torch {old.torch_version} → {new.torch_version} "
+                                       f"({len(re_evaluated)} tests re-evaluated)")
+        result["replan"]["mode_changes"] = [f.test_id for f in flips]
+        if as_json:
+            result["replan"]["markdown"] = md
+            if markdown:
+                markdown.write_text(md, encoding="utf-8")
+        else:
+            _emit_markdown(md, markdown)
+    if as_json:
+        typer.echo(json.dumps(result, indent=1, sort_keys=True))
 
 
 @app.command("refine", help=(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from crcr.contracts.inventory import Inventory, InventoryTest
 from selector.fingerprint import digest, normalised
+from selector.inventory.opinfo_scope import UNKNOWN, DeviceScope, bindings, for_device, specialise
 from selector.inventory.sources import INTERNAL, TorchSources
 
 _DB_SUFFIXES = ("op_db", "python_ref_db")
@@ -153,6 +154,10 @@ def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
+def _classes(tree: ast.Module) -> dict[str, ast.ClassDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+
+
 def _code_of(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> str:
     """A helper's normalised code without docstrings (a typo fixed in prod_numpy's docstring changes no test)."""
     import copy
@@ -179,7 +184,7 @@ def _module_constants(tree: ast.Module) -> dict[str, object]:
     return out
 
 
-_MISSING = object()
+_MISSING = UNKNOWN
 
 
 def _value(node: ast.AST | None, env: dict[str, object]) -> object:
@@ -250,6 +255,7 @@ class _Evaluator:
 
     funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
     consts: dict[str, object]
+    helpers: _Helpers | None = None  # None: the entry-building helper's own code only (the legacy reading)
     unevaluated: list[tuple[int, str]] = field(default_factory=list)
 
     def expand(self, node: ast.AST, env: dict[str, object], context: list[str], depth: int = 0) -> list[_Found]:
@@ -325,7 +331,10 @@ class _Evaluator:
         if len(returns) != 1:
             self.unevaluated.append((call.lineno, f"helper {fn.name} does not return one expression"))
             return []
-        ctx = [*context, normalised(call), normalised(fn)]
+        body = specialise(fn, bindings(fn, call, env, _static), _static)
+        ctx = [*context, normalised(call), _code_of(body)]
+        if self.helpers is not None:  # and what the helper's body reaches
+            ctx += [self.helpers.codes[n] for n in sorted(self.helpers.reach(set(self.helpers.named_in(body)) - {fn.name}))]
         return self.expand(returns[0].value, inner, ctx, depth + 1)  # type: ignore[arg-type]
 
 
@@ -349,6 +358,94 @@ def _compare(node: ast.Compare, env: dict[str, object]) -> object:
     except TypeError:
         return _MISSING
     return _MISSING
+
+
+def _static(node: ast.AST, env: dict[str, object]) -> object:
+    """A static value (comparisons included), or UNKNOWN."""
+    return _compare(node, env) if isinstance(node, ast.Compare) else _value(node, env)
+
+
+@dataclass
+class _Helpers:
+    """Module-level helper functions of the OpInfo files, by name, with their normalised code."""
+
+    funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+    codes: dict[str, str]
+    classes: dict[str, ast.ClassDef] = field(default_factory=dict)
+    _direct: dict[str, frozenset[str]] = field(default_factory=dict)
+    _reach: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    def named_in(self, node: ast.AST) -> list[str]:
+        return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in self.codes]
+
+    def reach(self, names: set[str]) -> set[str]:
+        """The helpers ``names`` name in their bodies, transitively (a sample-inputs function's shared generator
+        is part of what an entry does)."""
+        out: set[str] = set()
+        todo = list(names)
+        while todo:
+            n = todo.pop()
+            if n not in self._direct:
+                self._direct[n] = frozenset(self.named_in(self.funcs[n]))
+            for m in self._direct[n] - out:
+                out.add(m)
+                todo.append(m)
+        return out
+
+    def specialised(self, name: str, call: ast.Call | None, env: dict[str, object]) -> ast.FunctionDef | ast.AsyncFunctionDef:
+        fn = self.funcs[name]
+        return specialise(fn, bindings(fn, call, env, _static), _static)
+
+    def installed_by_class(self, call: ast.Call) -> set[str]:
+        """Helpers an entry's class installs as its ``*_func`` when the call does not pass them: defaults of its
+        ``__init__`` (``UnaryUfuncInfo(sample_inputs_func=sample_inputs_elementwise_unary)``) and helpers its
+        ``__init__`` passes as a ``*_func`` keyword (``error_inputs_func=make_error_inputs_elementwise_binary(...)``),
+        through its base classes."""
+        passed = {kw.arg for kw in call.keywords}
+        out: set[str] = set()
+        todo, seen = [_call_name(call)], set()
+        while todo:
+            cls = self.classes.get(todo.pop())
+            if cls is None or cls.name in seen:
+                continue
+            seen.add(cls.name)
+            todo += [b.id for b in cls.bases if isinstance(b, ast.Name)]
+            init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
+            if init is None:
+                continue
+            params = init.args.posonlyargs + init.args.args
+            for a, d in [*zip(params[len(params) - len(init.args.defaults):], init.args.defaults, strict=True),
+                         *zip(init.args.kwonlyargs, init.args.kw_defaults, strict=True)]:
+                if isinstance(d, ast.Name) and d.id in self.codes and a.arg not in passed:
+                    out.add(d.id)
+            for kw in (k for c in ast.walk(init) if isinstance(c, ast.Call) for k in c.keywords):
+                if (kw.arg or "").endswith("_func"):
+                    out |= {n for n in self.named_in(kw.value) if not isinstance(kw.value, ast.Name)}
+        return out
+
+    def codes_for(self, node: ast.AST, env: dict[str, object]) -> list[str]:
+        """The code of every helper ``node`` names: one it calls, specialised for that call's static arguments
+        (the branches the call does not take are left out); one it only names, whole; and, whole, every helper
+        those reach."""
+        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                 and n.func.id in self.codes]
+        named = self.named_in(node)
+        codes: set[str] = set()
+        reached: set[str] = set()
+        for name in set(named):
+            its_calls = [c for c in calls if c.func.id == name]  # type: ignore[attr-defined]
+            for c in its_calls:
+                fn = self.specialised(name, c, env)
+                codes.add(_code_of(fn))
+                reached |= self.reach(set(self.named_in(fn)) - {name})
+            if named.count(name) > len(its_calls):
+                codes.add(self.codes[name])
+                reached |= self.reach({name}) - {name}
+        if isinstance(node, ast.Call) and _call_name(node).endswith("Info"):
+            installed = self.installed_by_class(node) - set(named)
+            codes |= {self.codes[n] for n in installed}
+            reached |= self.reach(installed)
+        return sorted(codes) + [self.codes[n] for n in sorted(reached - set(named))]
 
 
 def _found_name(found: _Found) -> tuple[str | None, str]:
@@ -382,36 +479,48 @@ class ScanResult:
     unevaluated: list[str]  # "file:line: why", entries whose name or existence is not static
 
 
-def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = False) -> ScanResult:
+def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = False,
+             device: str | None = None) -> ScanResult:
     """Every statically evaluable OpInfo entry of one torch version, by key, and what was not evaluable.
 
-    ``legacy`` keeps the scanner as it was before issue 8's exact upgrade (literal list elements only,
-    no helpers, comprehensions or appends), for the benchmark's before/after figure.
+    ``device``: fingerprint only what can reach that device type's tests (dtype sets and DecorateInfo of
+    other device types left out; see opinfo_scope); None: every device's. ``legacy`` keeps the scanner as
+    it was before issue 8's exact upgrade (literal list elements only, no helpers, comprehensions or
+    appends, every device), for the benchmark's before/after figure.
     """
+    scope = DeviceScope.of(device) if device and not legacy else None
     parsed: list[tuple[str, ast.Module, str]] = []
     funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    classes: dict[str, ast.ClassDef] = {}
     for rel in sources.opinfo_files():
         text = sources.read(rel)
         try:
             tree = ast.parse(text)
         except SyntaxError:
             continue
+        for_device(tree, scope)
         parsed.append((rel, tree, text))
         for name, fn in _functions(tree).items():
             funcs.setdefault(name, fn)
+        for name, cls in _classes(tree).items():
+            classes.setdefault(name, cls)
     if not legacy:
         for rel in sources.helper_files():
             try:
-                for name, fn in _functions(ast.parse(sources.read(rel))).items():
+                helper_tree = for_device(ast.parse(sources.read(rel)), scope)
+                for name, fn in _functions(helper_tree).items():
                     funcs.setdefault(name, fn)
+                for name, cls in _classes(helper_tree).items():  # type: ignore[arg-type]
+                    classes.setdefault(name, cls)
             except SyntaxError:
                 continue
     helpers = {name: normalised(fn) if legacy else _code_of(fn) for name, fn in funcs.items()}
+    known = _Helpers(funcs, helpers, classes)
     entries: dict[str, OpInfoEntry] = {}
     refs: dict[str, tuple[str, str, set[str]]] = {}
     unevaluated: list[str] = []
     for rel, tree, text in parsed:
-        ev = _Evaluator(funcs, _module_constants(tree))
+        ev = _Evaluator(funcs, _module_constants(tree), None if legacy else known)
         for db, value in (_legacy_db_lists(tree) if legacy else _db_statements(tree)):
             if legacy:
                 found = [_Found(e, {}, []) for e in value.elts if isinstance(e, ast.Call)]  # type: ignore[attr-defined]
@@ -427,14 +536,14 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                     name = f"_foreach_{name}"  # as ForeachFuncInfo names itself
                 key = f"{name}.{variant}" if variant else name
                 used = sorted({n.id for n in ast.walk(f.call) if isinstance(n, ast.Name) and n.id in helpers})
-                fp = digest(normalised(f.call), _json(f.env), *f.context, *[helpers[h] for h in used])
+                codes = [helpers[h] for h in used] if legacy else known.codes_for(f.call, f.env)
+                fp = digest(normalised(f.call), _json(f.env), *f.context, *codes)
                 entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used)
                 if not legacy:
                     env_ctx = (_json(f.env), *f.context)
-                    entry.kw_fps = {
-                        kw.arg or "**": digest(normalised(kw.value), *env_ctx, *[
-                            helpers[n.id] for n in ast.walk(kw.value) if isinstance(n, ast.Name) and n.id in helpers])
-                        for kw in f.call.keywords}
+                    entry.kw_fps = {kw.arg or "**": digest(normalised(kw.value), *env_ctx,
+                                                           *known.codes_for(kw.value, f.env))
+                                    for kw in f.call.keywords}
                 if with_source:
                     entry.source = ast.get_source_segment(text, f.call) or ""
                 # An op_db entry beats any other list's entry of the same key; within a kind the first
@@ -476,17 +585,19 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
     return scan_all(sources, with_source).entries
 
 
-def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None) -> Inventory:
+def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None,
+                     device: str | None = None) -> Inventory:
     """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry.
 
     ``runtime_keys``: the keys the imported module's databases hold (for the installed torch). An entry
     the module holds but the static evaluation did not see gets a "not evaluated" fingerprint of its
     version (so it always counts as changed) and an error record; so does every database expression
-    whose entries could not be evaluated statically. Nothing is dropped silently.
+    whose entries could not be evaluated statically. Nothing is dropped silently. ``device``: fingerprints
+    of what applies to that device type's tests only (recorded in the inventory's ``device``).
     """
     from crcr.contracts.inventory import InventoryError
 
-    result = scan_all(sources)
+    result = scan_all(sources, device=device)
     tests = [
         InventoryTest(id=f"{e.file}::{e.db}::{e.key}", file=e.file, cls=e.db, method=e.key, op=e.key,
                       fingerprint=e.fingerprint, opinfo_fingerprint=e.fingerprint)
@@ -501,7 +612,8 @@ def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None
                                    fingerprint=fp, opinfo_fingerprint=fp))
         errors.append(InventoryError(file=file, error_class="NotEvaluated", missing=key, torch_version=sources.version,
                                      message=f"{key}: in the imported op_db, not found statically"))
-    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, tests=tests, errors=errors)
+    inv = Inventory(source="opinfo", granularity="opinfo", torch_version=sources.version, device=device, tests=tests,
+                    errors=errors)
     inv.tests.sort(key=lambda t: t.id)
     return inv
 
