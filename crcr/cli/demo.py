@@ -5,7 +5,7 @@ test inventory; ``crcr serve`` on SQLite + SqliteHuey on a free loopback port wi
 generated allowlist (one ``local`` target at L4), a local OIDC issuer and the local
 check sink; a signed ``pull_request`` webhook, then a signed ``push`` webhook of three
 trunk commits (one breaks snpu); each dispatch runs ``crcr downstream`` (pick -> run
--> report, calling back over HTTP); then triage when this build has it. The summary is
+-> report, calling back over HTTP); then triage. The summary is
 read back from what the relay stored.
 
 Where the loop allows, phases overlap: the relay starts while the inventory is
@@ -277,9 +277,9 @@ SQLite queue on a free 127.0.0.1 port with a generated allowlist (one `local` sn
 target at L4), a local OIDC issuer and the local check sink. It posts a signed
 pull_request webhook (a real captured payload), a signed trunk push (the green
 baseline) and a push of three commits, one of which breaks snpu; each dispatch runs
-`crcr downstream` (pick -> run -> report over HTTP). Then triage (when this build has
-`crcr triage`) bisects with real reruns of the commits in between (each on the tests
-that failed, two at once, no pacing) and writes its report. The summary is read back
+`crcr downstream` (pick -> run -> report over HTTP). Then triage bisects with real
+reruns of the commits in between (each on the tests that failed, two at once, no
+pacing) and writes its report. The summary is read back
 from the relay's database.
 
 The snpu inventory and the selector's caches are kept under
