@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,7 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
     if not (reuse and inv_path.is_file()):
         crcr("select", "inventory", "--pytorch-src", str(checkout), "--file", file, "--device", caps.device, *k,
              "--out", str(inv_path))
+    shutil.rmtree(plan_dir, ignore_errors=True)  # a fresh plan, never merged onto an earlier rules version's
     crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
          "--out", str(plan_dir), "--no-cache")
     t_plan = time.perf_counter() - t0

@@ -203,7 +203,8 @@ def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None)
 PROBE_CHUNK = 250  # requests per child process: a crash or a timeout loses at most this many answers
 
 
-def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools: Any = None) -> None:
+def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools: Any = None,
+                            families: set[str] | None = None) -> None:
     """Run the template probes the inventory needs on the device (cached in the data dir) and hand the
     answers to the rules. Only for a device that runs on this machine (snpu); elsewhere the rules plan
     from the capability file alone, and this says so."""
@@ -229,6 +230,14 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
                 reads[reads_key(t)] = ",".join(tools.op_attributes(t.id))
     reads = {k: v for k, v in reads.items() if v}
     requests = probe_requests(inv.tests, RuleContext(caps=caps, disabled=dis), reads)
+    if families:
+        from runners.snpu.template_probe import FAMILIES
+
+        unknown = sorted(families - set(FAMILIES) - {"attrs"})
+        if unknown:
+            raise InputError(f"--probe-only {', '.join(unknown)}: no such template family",
+                             hint=f"families: {', '.join(FAMILIES)}, attrs")
+        requests = [r for r in requests if r[0] in families]
     if not requests:
         return
     cache_key = hashlib.sha256(f"{device_key()}:{caps.digest}".encode()).hexdigest()[:16]
@@ -324,6 +333,9 @@ def plan_cmd(
     probe: Annotated[bool, typer.Option("--probe/--no-probe", help="run each OpInfo test's template probe (its "
                                         "family's check per op and dtype) on the device before planning, where "
                                         "the device runs on this machine (snpu)")] = True,
+    probe_only: Annotated[list[str] | None, typer.Option("--probe-only", help="probe only this template family "
+                                                         "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
+                                                         "rest is planned from the capability file")] = None,
 ) -> None:
     import hashlib
     import time
@@ -364,7 +376,8 @@ def plan_cmd(
     if probe:
         # probe answers are facts about the device (keyed by its code and the capability file), not
         # decisions: they stay in the data dir even with --no-cache
-        _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None)
+        _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None,
+                                set(probe_only or ()))
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
