@@ -312,7 +312,9 @@ def _print_report(report: Any, as_json: bool) -> None:
 
 @app.command("plan", help=(
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
-    "Rules decide first (each named in the reason); the agent decides the rest: --agent offline (default, "
+    "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
+    "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
+    "the agent decides the rest: --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
     "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
