@@ -17,7 +17,7 @@ unsupported-dtype error) / skipped (the test skipped itself, so it says nothing 
 A plan mode is confirmed when a ``run`` test passes or a ``skip``/``xfail`` test fails or is
 refused; accuracy is confirmed over executed tests. Two baselines from the same run: "run
 everything" (the share that passes) and the rules without the test-template rules
-(dtype-claims, python-refs), undecided tests falling to the plan default (skip).
+(dtype-claims, python-refs, template-probe), undecided tests falling to the plan default (skip).
 
 Files passed with --tuned are those the rules were tuned on; --held-back were not looked at
 while writing the rules: the headline figure is the held-back one.
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,7 +78,8 @@ def accuracy(matrix: Counter[tuple[str, str]]) -> tuple[int, int]:
     return good, executed
 
 
-def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, keyword: str | None) -> dict:
+def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, keyword: str | None,
+            reuse: bool = False) -> dict:
     from crcr.contracts.inventory import load_inventory
     from crcr.contracts.plan import load_plan
     from selector import rules as R
@@ -85,21 +87,25 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
 
     caps = load_capabilities(ROOT / capability_path(backend))
     stem = file.replace("/", "_")
-    inv_path, plan_dir, results = work / f"{stem}.inv.json", work / f"plan-{stem}", work / f"{stem}.results.json"
+    inv_path, plan_dir = work / f"{stem}.inv.json", work / f"plan-{stem}"
+    results = work / f"{stem}.{shard.replace('/', 'of')}.{caps.device}.results.json"
     k = ["-k", keyword] if keyword else []
     t0 = time.perf_counter()
-    crcr("select", "inventory", "--pytorch-src", str(checkout), "--file", file, "--device", caps.device, *k,
-         "--out", str(inv_path))
+    if not (reuse and inv_path.is_file()):
+        crcr("select", "inventory", "--pytorch-src", str(checkout), "--file", file, "--device", caps.device, *k,
+             "--out", str(inv_path))
+    shutil.rmtree(plan_dir, ignore_errors=True)  # a fresh plan, never merged onto an earlier rules version's
     crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
          "--out", str(plan_dir), "--no-cache")
     t_plan = time.perf_counter() - t0
     t0 = time.perf_counter()
-    crcr("run", "--device", caps.device, "--pytorch-src", str(checkout), "--file", file, *k, "--shard", shard,
-         "--no-rerun", "--timeout", "120", "--results", str(results))
+    if not (reuse and results.is_file()):  # the ground truth does not depend on the rules
+        crcr("run", "--device", caps.device, "--pytorch-src", str(checkout), "--file", file, *k, "--shard", shard,
+             "--no-rerun", "--timeout", "120", "--results", str(results))
     t_run = time.perf_counter() - t0
     plan = load_plan(plan_dir)
     inventory = load_inventory(inv_path).by_id()
-    old_rules = tuple(r for r in R.DEFAULT_RULES if not isinstance(r, R.DtypeClaims | R.PythonRefs))
+    old_rules = tuple(r for r in R.DEFAULT_RULES if not isinstance(r, R.DtypeClaims | R.PythonRefs | R.TemplateProbe))
     matrix: Counter[tuple[str, str]] = Counter()
     base_old: Counter[tuple[str, str]] = Counter()
     base_all: Counter[tuple[str, str]] = Counter()
@@ -134,10 +140,17 @@ def main() -> None:
     parser.add_argument("--shard", default="1/40", help="which slice of each file to execute (crcr run --shard)")
     parser.add_argument("-k", dest="keyword", default=None, help="pytest -k slice applied to every file")
     parser.add_argument("--backend", default="snpu")
+    parser.add_argument("--work", type=Path, default=None,
+                        help="keep inventories, plans and run results here (default: a temporary directory)")
+    parser.add_argument("--reuse-runs", action="store_true",
+                        help="with --work: reuse an inventory and a shard's run results found there (the ground truth "
+                             "does not depend on the rules), so only the plan is made again")
     args = parser.parse_args()
     if not (args.checkout / "test").is_dir():
         raise SystemExit(f"{args.checkout} has no test/ folder")
     with tempfile.TemporaryDirectory(prefix="crcr-plan-accuracy-") as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for group, files in (("tuned", args.tuned), ("held-back", args.held_back)):
             totals: Counter[tuple[str, str]] = Counter()
             old_totals: Counter[tuple[str, str]] = Counter()
@@ -145,7 +158,7 @@ def main() -> None:
             for spec in files:
                 file, _, shard = spec.partition("@")  # test/test_x.py@1/4: this file's own shard
                 shard = shard or args.shard
-                r = measure(args.checkout, file, shard, args.backend, Path(tmp), args.keyword)
+                r = measure(args.checkout, file, shard, args.backend, work, args.keyword, args.reuse_runs)
                 totals.update(r["matrix"])
                 old_totals.update(r["old"])
                 all_totals.update(r["all_run"])

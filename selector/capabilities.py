@@ -19,6 +19,7 @@ name -> bool or nested under ``supported:``; unknown shapes raise a ConfigError.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,18 @@ class Capabilities:
     refused_dtypes: set[str] = field(default_factory=set)
     opinfo_by_dtype: dict[str, set[str]] = field(default_factory=dict)  # sweep: ops whose samples pass
     opinfo_failures: dict[str, dict[str, str]] = field(default_factory=dict)  # sweep: dtype -> op -> error
+    # template probes run for this plan (``family|op|dtype`` -> None when it passed, else the error)
+    template_probes: dict[str, str | None] = field(default_factory=dict)
+    # ``file::template`` -> the OpInfo attributes the template reads (comma-joined), from its source
+    template_reads: dict[str, str] = field(default_factory=dict)
+
+    def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None) -> None:
+        """Plan from these probe answers too; the digest (and so the plan cache's context) covers them."""
+        self.template_probes = dict(results)
+        self.template_reads = dict(reads or {})
+        probe_digest = hashlib.sha256(json.dumps([self.template_probes, self.template_reads],
+                                                 sort_keys=True).encode()).hexdigest()
+        self.digest = hashlib.sha256(f"{self.digest}:{probe_digest}".encode()).hexdigest()[:16]
 
     @property
     def has_opinfo(self) -> bool:

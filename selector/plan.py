@@ -149,6 +149,8 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
             # no round-trip parse of a large file), exactly as a first plan would.
             base = None
         text = merge_plan_text(base, header, entries, str(path))
+        if base is not None:
+            text = _keep_decisions(text, base, header, entries, tests, decided, str(path))
         data = text.encode("utf-8")
         if data != existing:
             write_plan_file(path, text)
@@ -160,6 +162,26 @@ def write_plan(inv: Inventory, decided: dict[str, Decided], out_dir: Path, backe
         if progress:
             progress(1)
     return report
+
+
+def _keep_decisions(text: str, base: str, header: dict, entries: list[dict], tests: list[InventoryTest],
+                    decided: dict[str, Decided], where: str) -> str:
+    """A merge keeps existing entries where they are and appends new ones, so a new pattern can land
+    after an old one it should lose to: resolve every test through the merged file and give each test
+    the bot's layer now resolves differently from its decision an exact entry (exact beats pattern)."""
+    from crcr.contracts.plan import parse_plan_file
+    from selector.patterns import _entry
+
+    merged = parse_plan_file(text, where)
+    extra = []
+    for t in tests:
+        d = decided.get(t.id)
+        if d is None:
+            continue
+        got = merged.resolve(t.relative_id)
+        if got.source in ("rules", "agent") and (got.mode, got.reason) != (d.mode, d.reason):
+            extra.append(_entry(t.relative_id, d))
+    return merge_plan_text(base, header, entries + extra, where) if extra else text
 
 
 def seed_cache(cache: DecisionCache, previous: Plan, tests: list[InventoryTest], keep: set[str], ctx: RuleContext) -> int:

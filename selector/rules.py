@@ -21,7 +21,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 
-RULES_VERSION = "3"
+RULES_VERSION = "4"
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,8 @@ class UpstreamDisabled(Rule):
 _ONLY_DEVICE = re.compile(r"^(?:only(CUDA|CPU|MPS|XPU|HPU|Meta|CUDAAndPRIVATEUSE1))$")
 _ONLY_ON = re.compile(r"^onlyOn\((.*)\)$")
 _DEVICE_COUNT = re.compile(r"^deviceCountAtLeast\((\d+)\)$")
-# onlyNativeDeviceTypes(And) is no restriction here: torch 2.13's NATIVE_DEVICES includes the PrivateUse1 backend
+# onlyNativeDeviceTypes(And) is no restriction here: torch 2.13's NATIVE_DEVICES names the PrivateUse1 backend
+# (snpu's testing hook adds its renamed name where torch.testing was imported before the device existed)
 _EXPECTED_FAIL = re.compile(r"^expectedFailure(PRIVATEUSE1|PrivateUse1)\b")
 _SKIP_OWN = re.compile(r"^skip(PRIVATEUSE1|PrivateUse1)(If)?\b")
 
@@ -149,6 +150,10 @@ class DtypeSupport(Rule):
             if d in caps.indexing_dtypes:
                 # Integer and bool tensors are held natively; whether an op computes in them is
                 # the op's question (op-support, the sweep, or the logs), not the dtype's.
+                continue
+            if caps.refused_dtypes and d not in caps.refused_dtypes:
+                # neither held nor refused (snpu: uint16/32/64): what the op does with it is the
+                # probes' and op rules' question, as for the indexing dtypes
                 continue
             return self._d("skip", f"{caps.device} does not support dtype {d}", pattern)
         return None
@@ -222,6 +227,105 @@ def _template_pattern(test: InventoryTest) -> str | None:
     return f"{_cls_prefix(test)}{re.escape(test.template)}_.*"
 
 
+# Template families: what a test template characteristically checks beyond "the op's samples run"
+# (runners' template probes run each family's check per OpInfo entry and dtype). First match wins;
+# any other OpInfo template is the plain "samples" family.
+TEMPLATE_FAMILIES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("dtypes", re.compile(r"^test_dtypes$"), "which dtypes work, forward and backward, against the OpInfo's claim"),
+    ("ref_fallback", re.compile(r"^test_python_ref_torch_fallback$"),
+     "the Python reference on the device against the torch op, torch calls kept"),
+    ("python_ref", re.compile(r"^test_python_ref(_.*)?$"),
+     "the Python reference in strict refs mode (prims) on the device against the torch op"),
+    ("out", re.compile(r"(^|_)out(_|$)"),
+     "out= semantics: correct values into NaN-filled and noncontiguous outs, resize warnings, wrong device "
+     "and unsafe casts refused"),
+    ("python_scalar", re.compile(r"python_scalar|(^|_)scalars?(_|$)"), "a Python number as the other operand"),
+    ("noncontiguous", re.compile(r"contig|strided|transpos"), "the op on noncontiguous inputs against contiguous ones"),
+    ("variants", re.compile(r"variant_consistency|(^|_)variants?(_|$)"),
+     "method, in-place and operator variants against the function"),
+    ("grad", re.compile(r"grad|backward|(^|_)ad(_|$)"), "a backward through the op's output"),
+)
+_FAMILY_TEXT = {name: text for name, _, text in TEMPLATE_FAMILIES} | {
+    "samples": "the op's samples on the device against the CPU",
+    "attrs": "the OpInfo attributes the template reads exist on this torch's entry"}
+
+
+# Templates over the unary ufunc list call ``op(t)`` on lone tensors, not on the OpInfo's samples.
+UNARY_FAMILIES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("unary_domain", re.compile(r"domain"), "op(t) just outside the OpInfo's domain gives NaN"),
+    ("unary_variants", re.compile(r"variant"), "function, method, in-place and TorchScript variants of op(t)"),
+    ("unary_noncontiguous", re.compile(r"contig|strided|transpos"), "op(t) on strided views against op(t) sliced"),
+    ("unary_values", re.compile(r""), "op(t) on ordinary and extremal values against the CPU, with the OpInfo's "
+     "value flags"),
+)
+_UNARY_OPS = re.compile(r"^ops\(\(?\s*(?:_fn for _fn in )?unary_ufuncs\b")
+_FAMILY_TEXT |= {name: text for name, _, text in UNARY_FAMILIES}
+
+
+def template_family(test: InventoryTest) -> str | None:
+    """The probe family of an OpInfo test's template (None for tests without an op or template)."""
+    if not test.op or not test.template or "module" in test.features:
+        return None
+    families = UNARY_FAMILIES if any(_UNARY_OPS.match(d) for d in test.decorators) else TEMPLATE_FAMILIES
+    for name, rx, _ in families:
+        if rx.search(test.template):
+            return name
+    return "samples"
+
+
+def probe_request(test: InventoryTest) -> tuple[str, str, str | None] | None:
+    """The ``(family, op, dtype)`` probe this test is planned from (dtype None: the probe picks float32)."""
+    family = template_family(test)
+    if family is None or test.op is None:
+        return None
+    dtype = None if family == "dtypes" else (test.dtype if test.dtype and _is_dtype(test.dtype) else None)
+    return family, test.op, dtype
+
+
+def probe_key(family: str, op: str, dtype: str | None) -> str:
+    return f"{family}|{op}|{dtype or '-'}"
+
+
+def reads_key(test: InventoryTest) -> str:
+    return f"{test.file}::{test.template}"
+
+
+_REFUSAL = re.compile(r"NotImplementedError|UnsupportedOp|SnpuDtypeError|DtypeError|not implemented", re.I)
+
+
+class TemplateProbe(Rule):
+    """Plans an OpInfo test from the probe of its template family: the family's characteristic check
+    (out=, noncontiguous inputs, Python scalars, references, gradients, dtype claims, samples) run on the
+    device once per op and dtype while planning. A refusal is skip, any other failure xfail."""
+
+    name = "template-probe"
+
+    def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
+        req = probe_request(test)
+        if req is None or not ctx.caps.template_probes:
+            return None
+        family, op, dtype = req
+        reads = ctx.caps.template_reads.get(reads_key(test))
+        if reads and ctx.caps.template_probes.get(probe_key("attrs", op, reads)):
+            return self._d("xfail", f"{ctx.caps.template_probes[probe_key('attrs', op, reads)][:240]} (the "
+                           "template was written for another torch version)",
+                           f"{_cls_prefix(test)}{re.escape(test.template or '')}_.*_{re.escape(op.replace('.', '_'))}_"
+                           f"{re.escape(test.device or '')}(_.*)?" if test.device else None)
+        k = probe_key(family, op, dtype)
+        if k not in ctx.caps.template_probes:
+            return None
+        error = ctx.caps.template_probes[k]
+        what = f"the {family} probe ({_FAMILY_TEXT[family]}) of op {op}"
+        at = f" at {dtype}" if dtype else (" at float32" if family != "dtypes" else "")
+        scope = f"{_cls_prefix(test)}{re.escape(test.template or '')}_{re.escape(op.replace('.', '_'))}_" \
+                f"{re.escape(test.device or '')}(_.*)?" if test.device else None
+        if error is None:
+            return self._d("run", f"{what} passed on {ctx.caps.device} at the test's dtype", scope)
+        mode = "skip" if _REFUSAL.search(error) else "xfail"
+        return self._d(mode, f"{what} failed on {ctx.caps.device}{at}: {error[:200]}",
+                       evidence={"probe": k, "error": error[:300]})
+
+
 class OpSupport(Rule):
     """OpInfo tests of ops the backend registers no kernel for."""
 
@@ -275,10 +379,38 @@ DEFAULT_RULES: tuple[Rule, ...] = (
     FeatureNeeds(),
     PythonRefs(),
     DtypeSupport(),
+    TemplateProbe(),
     DtypeClaims(),
     OpSupport(),
     OpSupported(),
 )
+
+
+def _swept(req: tuple[str, str, str | None], caps: Capabilities) -> bool:
+    """A samples probe the capability sweep already answered (same check: the op's samples against the CPU)."""
+    family, op, dtype = req
+    d = dtype or "float32"
+    return family == "samples" and d in caps.opinfo_by_dtype and (
+        op in caps.opinfo_by_dtype[d] or op in caps.opinfo_failures.get(d, {}))
+
+
+def probe_requests(tests: list[InventoryTest], ctx: RuleContext,
+                   reads: dict[str, str] | None = None) -> list[tuple[str, str, str | None]]:
+    """The template probes a plan of ``tests`` needs: one per (family, op, dtype) of the tests that no
+    rule before ``template-probe`` decides (a disabled, device-restricted or refused-dtype test needs none),
+    and an ``attrs`` probe per (op, attributes its template reads) where ``reads`` names them."""
+    cut = next(i for i, r in enumerate(DEFAULT_RULES) if isinstance(r, TemplateProbe))
+    wanted: dict[tuple[str, str, str | None], None] = {}
+    for test in tests:
+        req = probe_request(test)
+        if req is None or classify(test, ctx, DEFAULT_RULES[:cut]) is not None:
+            continue
+        names = (reads or {}).get(reads_key(test))
+        if names:
+            wanted.setdefault(("attrs", req[1], names), None)
+        if not _swept(req, ctx.caps):
+            wanted.setdefault(req, None)
+    return list(wanted)
 
 
 def classify(test: InventoryTest, ctx: RuleContext, rules: tuple[Rule, ...] = DEFAULT_RULES) -> RuleDecision | None:

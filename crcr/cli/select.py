@@ -6,8 +6,11 @@ Thin typer layer: parses options, shows progress, prints results. The work is in
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -215,6 +218,90 @@ def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None)
     return caps, dis
 
 
+PROBE_CHUNK = 250  # requests per child process: a crash or a timeout loses at most this many answers
+
+
+def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools: Any = None,
+                            families: set[str] | None = None) -> None:
+    """Run the template probes the inventory needs on the device (cached in the data dir) and hand the
+    answers to the rules. Only for a device that runs on this machine (snpu); elsewhere the rules plan
+    from the capability file alone, and this says so."""
+    import hashlib
+    import subprocess
+    import time
+
+    from selector.rules import RuleContext, probe_key, probe_requests
+
+    if caps.device != "snpu":
+        typer.echo(f"template probes: none for device {caps.device} (it does not run on this machine); "
+                   "planning from the capability file alone", err=True)
+        return
+    import runners
+    from runners.snpu.template_probe import device_key, family_digest
+
+    reads: dict[str, str] = {}
+    if tools is not None:  # with the checkout's sources: the OpInfo attributes each OpInfo template reads
+        from selector.rules import reads_key
+
+        for t in inv.tests:
+            if t.op and t.template and reads_key(t) not in reads:
+                reads[reads_key(t)] = ",".join(tools.op_attributes(t.id))
+    reads = {k: v for k, v in reads.items() if v}
+    requests = probe_requests(inv.tests, RuleContext(caps=caps, disabled=dis), reads)
+    if families:
+        from runners.snpu.template_probe import FAMILIES
+
+        unknown = sorted(families - set(FAMILIES) - {"attrs"})
+        if unknown:
+            raise InputError(f"--probe-only {', '.join(unknown)}: no such template family",
+                             hint=f"families: {', '.join(FAMILIES)}, attrs")
+        requests = [r for r in requests if r[0] in families]
+    if not requests:
+        return
+    cache_key = hashlib.sha256(f"{device_key()}:{caps.digest}".encode()).hexdigest()[:16]
+    digests = {f: family_digest(f) for f in {r[0] for r in requests}}
+
+    def stored(r: tuple[str, str, str | None]) -> str:  # an answer is kept per family code version
+        return f"{probe_key(*r)}@{digests[r[0]]}"
+
+    cache_path = data_dir / "selector" / f"template-probes-{caps.device}-{cache_key}.json"
+    cached: dict[str, str | None] = {}
+    if cache_path.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            cached = dict(json.loads(cache_path.read_text(encoding="utf-8")))
+    missing = [r for r in requests if stored(r) not in cached]
+    start = time.perf_counter()
+    root = str(Path(runners.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    lost = 0
+    with tempfile.TemporaryDirectory(prefix="crcr-probe-") as tmp:
+        for n in range(0, len(missing), PROBE_CHUNK):
+            chunk = missing[n:n + PROBE_CHUNK]
+            src, dst = Path(tmp) / f"in-{n}.json", Path(tmp) / f"out-{n}.json"
+            src.write_text(json.dumps(chunk), encoding="utf-8")
+            typer.echo(f"template probes: {n + len(chunk)}/{len(missing)} on {caps.device} ...", err=True)
+            try:
+                subprocess.run([sys.executable, "-m", "runners.snpu.template_probe", str(src), str(dst)], env=env,
+                               timeout=120 + 10 * len(chunk), capture_output=True, check=False)
+            except subprocess.TimeoutExpired:
+                pass
+            if dst.is_file():
+                got = json.loads(dst.read_text(encoding="utf-8"))
+                cached.update({stored(r): got[probe_key(*r)] for r in chunk if probe_key(*r) in got})
+                cache_path.parent.mkdir(parents=True, exist_ok=True)
+                cache_path.write_text(json.dumps(cached, sort_keys=True), encoding="utf-8")  # after every chunk
+            else:
+                lost += len(chunk)
+    answers = {probe_key(*r): cached[stored(r)] for r in requests if stored(r) in cached}
+    caps_reads = reads
+    failed = sum(1 for v in answers.values() if v is not None)
+    typer.echo(f"template probes: {len(requests)} needed, {len(missing)} run ({time.perf_counter() - start:.0f}s), "
+               f"{len(requests) - len(missing)} from cache; {failed} failed"
+               + (f"; {lost} without an answer (crash or timeout): planned by the other rules" if lost else ""),
+               err=True)
+    caps.attach_probes(answers, caps_reads)
+
+
 def _emit_markdown(md: str, path: Path | None) -> None:
     """Print Markdown for a person and, when asked, write it for a bot to post."""
     typer.echo(md)
@@ -243,7 +330,9 @@ def _print_report(report: Any, as_json: bool) -> None:
 
 @app.command("plan", help=(
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
-    "Rules decide first (each named in the reason); the agent decides the rest: --agent offline (default, "
+    "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
+    "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
+    "the agent decides the rest: --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
     "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
@@ -261,6 +350,12 @@ def plan_cmd(
     disabled: Annotated[Path | None, typer.Option(help="disabled-tests JSON (default: the shipped pytorch-stats copy)")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="classify everything again")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    probe: Annotated[bool, typer.Option("--probe/--no-probe", help="run each OpInfo test's template probe (its "
+                                        "family's check per op and dtype) on the device before planning, where "
+                                        "the device runs on this machine (snpu)")] = True,
+    probe_only: Annotated[list[str] | None, typer.Option("--probe-only", help="probe only this template family "
+                                                         "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
+                                                         "rest is planned from the capability file")] = None,
 ) -> None:
     import hashlib
     import time
@@ -298,6 +393,11 @@ def plan_cmd(
 
         inv = collect_embedded(caps.device)
     tools = Tools(caps, inv.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
+    if probe:
+        # probe answers are facts about the device (keyed by its code and the capability file), not
+        # decisions: they stay in the data dir even with --no-cache
+        _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None,
+                                set(probe_only or ()))
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 

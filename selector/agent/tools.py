@@ -115,6 +115,19 @@ class Tools:
         found = self._test_node(test_id)
         return found[0] if found else None
 
+    def op_attributes(self, test_id: str) -> tuple[str, ...]:
+        """The OpInfo attributes the test's template reads off its ``op`` argument (``op.domain``...)."""
+        found = self._test_node(test_id)
+        if found is None:
+            return ()
+        node = found[0]
+        params = {a.arg for a in node.args.args}
+        if "op" not in params:
+            return ()
+        names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+                 and isinstance(n.value, ast.Name) and n.value.id == "op"}
+        return tuple(sorted(names))
+
     def _test_node(self, test_id: str) -> tuple[ast.FunctionDef, str] | None:
         test = self.tests.get(test_id)
         if test is None or self.source_root is None or test.cls is None:

@@ -174,3 +174,30 @@ def test_resolver_prefilter_never_changes_a_match():
             s = "".join(rng.choice("ab_:.A") for _ in range(rng.randint(0, 8)))
             if rx.fullmatch(s):
                 assert all(lit in s for lit in lits), (pattern, lits, s)
+
+
+def test_replanning_with_a_new_rule_never_lets_an_appended_pattern_outrank_a_decision(tmp_path):
+    """An existing file keeps its entries in place and new ones are appended; a new run pattern over an
+    op must not win over an older dtype pattern for the tests the older rule still decides."""
+    from crcr.contracts.inventory import Inventory, InventoryTest
+    from crcr.contracts.plan import load_plan
+    from selector.plan import Decided, write_plan
+
+    cls = "TestCommonPRIVATEUSE1"
+    tests = [InventoryTest(id=f"test/test_ops.py::{cls}::test_out_{op}_snpu_{dt}", file="test/test_ops.py", cls=cls,
+                           method=f"test_out_{op}_snpu_{dt}", template="test_out", device="snpu", dtype=dt, op=op,
+                           fingerprint="f") for op in ("add", "sub") for dt in ("float32", "float64")]
+    inv = Inventory(source="pytorch-src", tests=tests)
+    skip64 = Decided("skip", "[dtype-support] snpu does not support dtype float64", "rules", "f", "dtype-support",
+                     f"{cls}::.*_float64")
+    old = {t.id: skip64 if t.dtype == "float64" else Decided("skip", "[op-support] no kernel", "rules", "f",
+                                                             "op-support", f"{cls}::.*_{t.op}_snpu(_.*)?")
+           for t in tests}
+    write_plan(inv, old, tmp_path, "snpu")
+    new = {t.id: skip64 if t.dtype == "float64" else Decided(
+        "run", f"[template-probe] the out probe of op {t.op} passed", "rules", "f", "template-probe",
+        f"{cls}::test_out_{t.op}_snpu(_.*)?") for t in tests}
+    write_plan(inv, new, tmp_path, "snpu")  # no cache: merged onto the file the first plan wrote
+    plan = load_plan(tmp_path)
+    for t in tests:
+        assert plan.resolve(t.id).mode == new[t.id].mode, t.id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from crcr.contracts.inventory import InventoryTest
 from selector.rules import RuleContext, classify
 
 P = "test/test_fixture_ops.py::TestFixtureDevicePRIVATEUSE1::"
@@ -139,3 +140,86 @@ def test_python_ref_tests_need_prims_kernels(caps):
     del caps.features["prims"]
     caps.aten_ops.add("prims::add")
     assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
+
+
+def _probe_test(template: str, op: str, dtype: str | None = "float32", decorators: list[str] | None = None) -> InventoryTest:
+    cls = "TestCommonPRIVATEUSE1"
+    method = f"{template}_{op.replace('.', '_')}_snpu" + (f"_{dtype}" if dtype else "")
+    return InventoryTest(id=f"test/test_ops.py::{cls}::{method}", file="test/test_ops.py", cls=cls, method=method,
+                         template=template, device="snpu", dtype=dtype, op=op, decorators=decorators or [],
+                         fingerprint="f")
+
+
+@pytest.mark.parametrize(("template", "decorators", "family"), [
+    ("test_out", [], "out"),
+    ("test_out_warning", [], "out"),
+    ("test_dtypes", [], "dtypes"),
+    ("test_python_ref", [], "python_ref"),
+    ("test_python_ref_torch_fallback", [], "ref_fallback"),
+    ("test_noncontiguous_samples", [], "noncontiguous"),
+    ("test_broadcast_python_scalar", [], "python_scalar"),
+    ("test_variant_consistency_eager", [], "variants"),
+    ("test_fn_grad", [], "grad"),
+    ("test_compare_cpu", [], "samples"),
+    # templates over the unary ufunc list call op(t) on lone tensors: their own families
+    ("test_contig_vs_every_other", ["ops(unary_ufuncs)"], "unary_noncontiguous"),
+    ("test_reference_numerics", ["ops(unary_ufuncs)"], "unary_values"),
+    ("test_variant_consistency", ["ops(unary_ufuncs)"], "unary_variants"),
+    ("test_float_domains", ["ops((_fn for _fn in unary_ufuncs if _fn.domain != (None, None)))"], "unary_domain"),
+])
+def test_each_template_is_planned_from_its_familys_probe(template, decorators, family):
+    from selector.rules import template_family
+
+    assert template_family(_probe_test(template, "add", decorators=decorators)) == family
+
+
+@pytest.fixture
+def snpu_caps():
+    from pathlib import Path
+
+    from selector.capabilities import load_capabilities
+
+    return load_capabilities(Path(__file__).resolve().parents[2] / "configs" / "backends" / "snpu.yaml")
+
+
+def test_template_probe_answers_decide_run_skip_or_xfail_with_the_error(snpu_caps):
+    caps = snpu_caps
+    from selector.rules import probe_key, reads_key
+
+    ctx = RuleContext(caps)
+    out_add, out_ones = _probe_test("test_out", "add"), _probe_test("test_out", "ones")
+    scalar = _probe_test("test_broadcast_python_scalar", "copysign")
+    assert classify(out_ones, ctx).rule != "template-probe"  # no answers: the op rules decide as before
+    caps.attach_probes({
+        probe_key("out", "add", "float32"): None,
+        probe_key("out", "ones", "float32"): "SnpuUnsupportedOpError: aten op aten::ones.out is not implemented",
+        probe_key("python_scalar", "copysign", "float32"): "TypeError: unsupported operand",
+        probe_key("attrs", "add", "handles_extremals"): "ProbeMismatch: the template reads op.handles_extremals, "
+                                                        "which this torch's BinaryUfuncInfo does not have",
+    }, {reads_key(_probe_test("test_reference_numerics", "add")): "handles_extremals"})
+    run = classify(out_add, ctx)
+    assert (run.mode, run.rule) == ("run", "template-probe") and "out= semantics" in run.reason
+    assert run.pattern == "TestCommonPRIVATEUSE1::test_out_add_snpu(_.*)?"
+    refused = classify(out_ones, ctx)
+    assert (refused.mode, refused.rule) == ("skip", "template-probe")
+    assert "aten::ones.out is not implemented" in refused.reason and refused.evidence["probe"] == "out|ones|float32"
+    failed = classify(scalar, ctx)
+    assert (failed.mode, failed.rule) == ("xfail", "template-probe") and "Python number" in failed.reason
+    stale = classify(_probe_test("test_reference_numerics", "add"), ctx)
+    assert stale.mode == "xfail" and "op.handles_extremals" in stale.reason and "another torch version" in stale.reason
+    # a refused dtype is decided before any probe: no probe is asked for it
+    assert classify(_probe_test("test_out", "add", "float64"), ctx).rule == "dtype-support"
+
+
+def test_probe_requests_skip_decided_tests_and_what_the_sweep_answered(snpu_caps):
+    caps = snpu_caps
+    from selector.rules import probe_requests
+
+    tests = [_probe_test("test_out", "add"), _probe_test("test_out", "add", "float64"),
+             _probe_test("test_out", "add", "uint32"), _probe_test("test_compare_cpu", "softmax")]
+    caps.opinfo_by_dtype = {"float32": {"softmax"}}
+    reqs = probe_requests(tests, RuleContext(caps), {"test/test_ops.py::test_out": "supports_out"})
+    assert ("out", "add", "float32") in reqs and ("attrs", "add", "supports_out") in reqs
+    assert not any(r[2] == "float64" for r in reqs)  # refused dtype: decided without a probe
+    assert ("out", "add", "uint32") in reqs  # neither held nor refused: the probe finds out
+    assert not any(r[0] == "samples" for r in reqs)  # the capability sweep already ran softmax's samples

@@ -137,3 +137,30 @@ def test_torch_test_devices_hook_instantiates_snpu_tests(tmp_path: Path) -> None
     assert "TestGenericPRIVATEUSE1::test_add_snpu_float32" in proc.stdout
     assert "TestGenericPRIVATEUSE1::test_add_snpu_float16" in proc.stdout
     assert "TestGenericCPU" not in proc.stdout
+
+
+def test_only_native_device_type_tests_run_on_snpu_when_torch_testing_came_first(tmp_path: Path) -> None:
+    """A conftest (like an old checkout's compatibility shim) imports torch.testing before snpu exists:
+    @onlyNativeDeviceTypes reads common_device_type's own NATIVE_DEVICES, which must name snpu too."""
+    (tmp_path / "conftest.py").write_text("import torch.testing._internal.common_device_type  # noqa: F401\n")
+    (tmp_path / "test_native.py").write_text(textwrap.dedent(
+        """
+        import torch
+        from torch.testing._internal.common_device_type import instantiate_device_type_tests, onlyNativeDeviceTypes
+        from torch.testing._internal.common_utils import TestCase
+
+        class TestNative(TestCase):
+            @onlyNativeDeviceTypes
+            def test_native(self, device):
+                self.assertEqual(torch.ones(2, device=device).sum().item(), 2.0)
+
+        instantiate_device_type_tests(TestNative, globals())
+        """))
+    env = dict(os.environ)
+    env["TORCH_TEST_DEVICES"] = testing_hook.path()
+    env["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "privateuse1"
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "test_native.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "PASSED test_native.py::TestNativePRIVATEUSE1::test_native_snpu" in proc.stdout

@@ -1,0 +1,33 @@
+"""Template probes on snpu: what a template family checks, per OpInfo entry and dtype, answered by the device."""
+
+from __future__ import annotations
+
+from runners.snpu.template_probe import family_digest, key, run_probes
+
+
+def test_probes_answer_what_the_templates_would_see():
+    answers = run_probes([
+        ("out", "add", "float32"),
+        ("out", "ones", "float32"),
+        ("python_scalar", "add", "float32"),
+        ("python_ref", "_refs.add", "float32"),
+        ("unary_noncontiguous", "sin", "float32"),
+        ("unary_noncontiguous", "mvlgamma.mvlgamma_p_3", "int64"),
+        ("attrs", "sin", "domain,handles_extremals"),
+        ("samples", "no_such_op", "float32"),
+    ])
+    assert answers[key("out", "add", "float32")] is None
+    # test_out of ones fails on snpu: ones.out has no kernel (the demo's base commit shows it)
+    assert "ones.out" in answers[key("out", "ones", "float32")]
+    assert answers[key("python_scalar", "add", "float32")] is None
+    assert answers[key("python_ref", "_refs.add", "float32")] is None  # prims::add runs through snpu kernels
+    assert answers[key("unary_noncontiguous", "sin", "float32")] is None
+    # unary templates call op(t) alone: an entry that needs another argument fails them
+    assert answers[key("unary_noncontiguous", "mvlgamma.mvlgamma_p_3", "int64")].startswith("TypeError")
+    assert "op.handles_extremals" in answers[key("attrs", "sin", "domain,handles_extremals")]
+    assert answers[key("samples", "no_such_op", "float32")].startswith("Unknown")
+
+
+def test_family_digest_changes_only_with_the_familys_code():
+    assert family_digest("out") == family_digest("out")
+    assert family_digest("out") != family_digest("samples")
