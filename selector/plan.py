@@ -220,7 +220,7 @@ def run_plan(inv: Inventory, *, backend: str, out_dir: Path, caps: Capabilities,
     start = time.perf_counter()
     report = PlanReport(tests=len(inv.tests))
     cache = None
-    ctx = RuleContext(caps=caps, disabled=disabled)
+    ctx = RuleContext(caps=caps, disabled=disabled, dtype_reaches=tools.dtype_reaches)
     if data_dir is not None or keep is not None:
         cache_path = (data_dir or out_dir) / "selector" / f"plan-cache-{backend}-{digest(str(out_dir.resolve()))}.json"
         cache = DecisionCache(cache_path if data_dir is not None else Path("/nonexistent/cache.json"),

@@ -14,6 +14,7 @@ one thing once. The plan writer verifies each pattern and adds exact exceptions.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,7 +22,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 
-RULES_VERSION = "4"
+RULES_VERSION = "5"
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,9 @@ class RuleDecision:
 class RuleContext:
     caps: Capabilities
     disabled: DisabledTests | None = None
+    # Whether the test's dtype reaches a tensor (True), never does (False: the body never reads its
+    # ``dtype`` argument, or only compares it), or cannot be told (None: no source, no such argument).
+    dtype_reaches: Callable[[InventoryTest], bool | None] | None = None
 
 
 def _cls_prefix(test: InventoryTest) -> str:
@@ -155,6 +159,10 @@ class DtypeSupport(Rule):
                 # neither held nor refused (snpu: uint16/32/64): what the op does with it is the
                 # probes' and op rules' question, as for the indexing dtypes
                 continue
+            if ctx.dtype_reaches is not None and ctx.dtype_reaches(test) is False:
+                # the body never builds a tensor of its dtype (it ignores or only compares the
+                # argument): what it calls decides, not the dtype in its name
+                return None
             return self._d("skip", f"{caps.device} does not support dtype {d}", pattern)
         return None
 

@@ -247,7 +247,7 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
             if t.op and t.template and reads_key(t) not in reads:
                 reads[reads_key(t)] = ",".join(tools.op_attributes(t.id))
     reads = {k: v for k, v in reads.items() if v}
-    requests = probe_requests(inv.tests, RuleContext(caps=caps, disabled=dis), reads)
+    requests = probe_requests(inv.tests, RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches if tools else None), reads)
     if families:
         from runners.snpu.template_probe import FAMILIES
 

@@ -29,6 +29,21 @@ NEUTRAL = frozenset(
     uniform_ normal_ zero_ sum mean""".split()
 )
 _TORCH_ROOTS = {"torch", "F", "nn"}
+# Modules whose calls never reach the device: the standard library, NumPy, and torch's own test
+# harness and utilities (``torch.testing.get_all_dtypes()`` lists dtypes, it is no operator).
+_HOST_ROOTS = frozenset(
+    """np numpy math random itertools functools operator warnings unittest sys os re collections copy
+    contextlib string json time typing inspect dataclasses enum pickle io tempfile""".split()
+)
+_HOST_TORCH = ("torch.testing", "torch.utils", "torch.backends", "torch._")
+# Methods of Python's own containers and strings: ``shape.append(...)``, ``"{}".format(...)``.
+_PY_METHODS = frozenset(
+    """append extend insert items keys values get setdefault update format join rsplit strip lstrip
+    rstrip startswith endswith replace lower upper encode decode splitlines""".split()
+)
+# Dtype-list helpers of the test harness, however they are reached (``common_dtype.all_types_and(...)``).
+_DTYPE_HELPER = re.compile(r"^(get_all_\w*dtypes|(all|floating|integral|complex|floating_and_complex)_types(_and\w*)?|"
+                           r"all_types_and_complex(_and)?|\w+_dtypes)$")
 
 
 def snake(name: str) -> str:
@@ -37,10 +52,17 @@ def snake(name: str) -> str:
     return re.sub(r"_(\d)", r"\1", out)
 
 
+def _body_nodes(fn: ast.FunctionDef):
+    """The nodes of the test's body: its decorators (``@dtypes(*get_all_dtypes())``) and default
+    arguments are evaluated when the class is built, never on the device."""
+    for stmt in fn.body:
+        yield from ast.walk(stmt)
+
+
 def torch_calls(fn: ast.FunctionDef) -> list[str]:
-    """Operator names a test calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
+    """Operator names a test's body calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
     found: list[str] = []
-    for node in ast.walk(fn):
+    for node in _body_nodes(fn):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         attr = node.func.attr
@@ -50,12 +72,17 @@ def torch_calls(fn: ast.FunctionDef) -> list[str]:
             root = root.value
         if isinstance(root, ast.Name) and root.id == "self":
             continue  # assertions and helpers of the test case
+        if isinstance(root, ast.Constant) or (isinstance(root, ast.Name) and root.id in _HOST_ROOTS):
+            continue  # "{}".format(...), np.vander(...), random.randint(...)
         if isinstance(root, ast.Name) and root.id in _TORCH_ROOTS:
             dotted = ast.unparse(node.func)
             if ".cuda." in dotted or dotted.startswith("torch.cuda"):
                 found.append("torch.cuda")
                 continue
-        if attr.startswith("_") or attr in NEUTRAL or attr.startswith("assert"):
+            if dotted.startswith(_HOST_TORCH):
+                continue
+        if (attr.startswith("_") or attr in NEUTRAL or attr.startswith("assert") or attr in _PY_METHODS
+                or _DTYPE_HELPER.match(attr)):
             continue
         found.append(attr)
     return sorted(set(found))

@@ -115,6 +115,20 @@ class Tools:
         found = self._test_node(test_id)
         return found[0] if found else None
 
+    def dtype_reaches(self, test: InventoryTest) -> bool | None:
+        """Whether the test's ``dtype`` argument can reach a tensor: False when the body never reads it
+        or only compares it (``if dtype == torch.half: return``); None without source or argument."""
+        found = self._test_node(test.id)
+        if found is None or "dtype" not in {a.arg for a in found[0].args.args}:
+            return None
+        compared: set[int] = set()
+        for stmt in found[0].body:
+            for node in ast.walk(stmt):
+                if isinstance(node, ast.Compare):
+                    compared |= {id(n) for n in ast.walk(node)}
+        return any(isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in compared
+                   for stmt in found[0].body for n in ast.walk(stmt))
+
     def op_attributes(self, test_id: str) -> tuple[str, ...]:
         """The OpInfo attributes the test's template reads off its ``op`` argument (``op.domain``...)."""
         found = self._test_node(test_id)
