@@ -15,6 +15,7 @@ import re
 from crcr.contracts.inventory import InventoryTest
 from selector.agent.base import AgentAnswer, Usage
 from selector.agent.tools import Tools
+from selector.capabilities import Capabilities
 from selector.fingerprint import digest
 
 # Calls that build inputs or inspect results, not operators under test.
@@ -88,6 +89,46 @@ def torch_calls(fn: ast.FunctionDef) -> list[str]:
     return sorted(set(found))
 
 
+# torch's dtype names and aliases -> the names capability files use.
+_DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "cfloat": "complex64",
+                  "cdouble": "complex128", "chalf": "complex32", "long": "int64", "int": "int32", "short": "int16"}
+_DTYPE_NAME = re.compile(r"^((float|bfloat|complex|int|uint)\d+|bool)$")
+
+
+def body_dtypes(fn: ast.FunctionDef) -> list[str]:
+    """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
+    ``all_types_and_complex_and(...)`` (complex64 and complex128). Names that are only compared
+    (``if dtype == torch.double``) build nothing and are left out."""
+    compared: set[int] = set()
+    for node in _body_nodes(fn):
+        if isinstance(node, ast.Compare):
+            compared |= {id(n) for n in ast.walk(node)}
+    found: set[str] = set()
+    for node in _body_nodes(fn):
+        if id(node) in compared:
+            continue
+        if isinstance(node, ast.Constant) and isinstance(node.value, complex):
+            found.add("complex64")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+            name = _DTYPE_ALIASES.get(node.attr, node.attr)
+            if _DTYPE_NAME.match(name):
+                found.add(name)
+        elif isinstance(node, ast.Call):
+            callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if callee in ("double", "cdouble", "cfloat", "chalf") and isinstance(node.func, ast.Attribute) and not node.args:
+                found.add(_DTYPE_ALIASES[callee])
+            elif _DTYPE_HELPER.match(callee) and "complex" in callee:
+                found |= {"complex64", "complex128"}
+    return sorted(found)
+
+
+def refused(caps: Capabilities, dtype: str) -> bool:
+    """The capability file's answer for a dtype, as the dtype-support rule reads it."""
+    if not caps.dtypes or dtype in caps.dtypes or dtype in caps.indexing_dtypes:
+        return False
+    return not caps.refused_dtypes or dtype in caps.refused_dtypes
+
+
 class OfflineAgent:
     """Deterministic twin of the Claude agent."""
 
@@ -121,6 +162,12 @@ class OfflineAgent:
                     id=test.id, mode="skip", confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls {shown}, which "
                            f"{tools.caps.device} has no kernel for",
+                )
+            elif bad := [d for d in body_dtypes(fn) if refused(tools.caps, d)]:
+                answers[test.id] = AgentAnswer(
+                    id=test.id, mode="skip", confidence="medium",
+                    reason=f"[agent:offline] read {src_ref} and {cap_ref}: its body builds {', '.join(bad)} "
+                           f"tensors, which {tools.caps.device} refuses",
                 )
             elif calls:
                 shown = ", ".join(calls[:5]) + (" ..." if len(calls) > 5 else "")

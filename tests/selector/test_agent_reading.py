@@ -51,6 +51,21 @@ class TestReading(TestCase):
         t = torch.ones(5, device=device)
         t.neg()
 
+    def test_builds_double(self, device):
+        a = torch.ones(3, dtype=torch.float, device=device)
+        b = torch.ones(3, dtype=torch.double, device=device)
+        self.assertEqual((a + b).dtype, torch.double)
+
+    def test_complex_literal(self, device):
+        t = torch.tensor([1, 2 + 1j], device=device)
+        t.neg()
+
+    def test_compares_double_only(self, device):
+        t = torch.ones(3, device=device)
+        if t.dtype == torch.double:
+            return
+        t.neg()
+
     @dtypes(torch.float64)
     def test_dtype_used(self, device, dtype):
         t = torch.ones(5, dtype=dtype, device=device)
@@ -72,7 +87,8 @@ def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
     tests = {m: _test(m, d) for m, d in (
         ("test_harness_in_decorator", "int16"), ("test_harness_in_body", None),
         ("test_host_code_and_a_missing_op", None), ("test_dtype_ignored", "float64"),
-        ("test_dtype_only_compared", "float64"), ("test_dtype_used", "float64"))}
+        ("test_dtype_only_compared", "float64"), ("test_dtype_used", "float64"), ("test_builds_double", None),
+        ("test_complex_literal", None), ("test_compares_double_only", None))}
     return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
 
 
@@ -107,3 +123,15 @@ def test_dtype_rule_decides_only_when_the_dtype_reaches_a_tensor(reading, caps):
         assert blind is not None and blind.rule == "dtype-support"  # without source: as before
     answers, _ = OfflineAgent().decide([tests["test_dtype_ignored"]], tools)
     assert answers[tests["test_dtype_ignored"].id].mode == "run"
+
+
+def test_a_body_that_builds_refused_dtype_tensors_is_skipped(reading):
+    """float64 / complex tensors the body builds by name (no dtype argument) are refused by the fixture
+    device; a dtype that is only compared builds nothing."""
+    tools, tests = reading
+    picked = [tests[n] for n in ("test_builds_double", "test_complex_literal", "test_compares_double_only")]
+    answers, _ = OfflineAgent().decide(picked, tools)
+    double, cplx, compared = (answers[t.id] for t in picked)
+    assert double.mode == "skip" and "float64" in double.reason and "refuses" in double.reason
+    assert cplx.mode == "skip" and "complex64" in cplx.reason
+    assert compared.mode == "run"
