@@ -11,6 +11,7 @@ hashed by this same code, so added / removed / changed / unchanged is meaningful
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -673,7 +674,8 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
 
 
 def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None,
-                     device: str | None = None) -> Inventory:
+                     device: str | None = None,
+                     unmet: set[str] | Callable[[], set[str]] | None = None) -> Inventory:
     """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry.
 
     ``runtime_keys``: the keys the imported module's databases hold (for the installed torch). An entry
@@ -681,17 +683,22 @@ def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None
     version (so it always counts as changed) and an error record; so does every database expression
     whose entries could not be evaluated statically. Nothing is dropped silently. An entry found only
     under a module-level condition that is not static (``if "cutedsl" in dsl_ops_by_dsl:``) is left out
-    when the imported module's databases do not hold it: the condition was false where the tests run.
-    ``device``: fingerprints of what applies to that device type's tests only (recorded in the inventory's
+    when the imported module's databases do not hold it, or its key is in ``unmet`` (``unmet_conditions``:
+    this environment does not meet its condition, read from the installed torch; any version's entry of that
+    key is left out, so an upgrade between versions that both define it does not call it added; a callable is
+    called only when the version has such entries). ``device``: fingerprints of what applies to that device type's tests only (recorded in the inventory's
     ``device``).
     """
     from crcr.contracts.inventory import InventoryError
 
     result = scan_all(sources, device=device)
+    if callable(unmet):
+        unmet = unmet() if any(e.conditional for e in result.entries.values()) else set()
     tests = [
         InventoryTest(id=f"{e.file}::{e.db}::{e.key}", file=e.file, cls=e.db, method=e.key, op=e.key,
                       fingerprint=e.fingerprint, opinfo_fingerprint=e.fingerprint)
-        for e in result.entries.values() if not (runtime_keys and e.conditional and e.key not in runtime_keys)
+        for e in result.entries.values()
+        if not (e.conditional and (e.key in (unmet or set()) or (runtime_keys and e.key not in runtime_keys)))
     ]
     errors = [InventoryError(file=u.split(":", 1)[0], error_class="NotEvaluated", torch_version=sources.version,
                              message=u.split(":", 1)[1].strip()[:300]) for u in result.unevaluated]
@@ -718,6 +725,35 @@ def installed_keys(data_dir: Path) -> set[str]:
         if name.startswith("foreach_") and name.endswith("op_db"):
             keys |= {m if m.startswith("_foreach_") else f"_foreach_{m}" for m in members}
     return keys
+
+
+def unmet_conditions(data_dir: Path) -> set[str]:
+    """Keys of the installed torch's entries that are defined under a runtime condition (a DSL being available)
+    and that its imported databases do not hold: the condition is not met in this environment. Cached per
+    torch version in the data dir; empty when the installed op_db cannot be read."""
+    import json
+
+    from crcr.fileio import atomic_write_text
+    from selector.errors import SelectorInputError
+    from selector.inventory.sources import installed_torch_dir
+
+    try:
+        sources = TorchSources(installed_torch_dir())
+    except SelectorInputError:
+        return set()
+    cache = data_dir / "selector" / f"opinfo-unmet-v1-{sources.version or 'unknown'}.json"
+    if cache.is_file():
+        try:
+            return set(json.loads(cache.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            pass  # rebuilt below
+    try:
+        keys = installed_keys(data_dir)
+    except SelectorInputError:
+        return set()
+    unmet = sorted(k for k, e in scan_all(sources).entries.items() if e.conditional and k not in keys)
+    atomic_write_text(cache, json.dumps(unmet))
+    return set(unmet)
 
 
 def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:

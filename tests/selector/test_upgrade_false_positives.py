@@ -22,10 +22,15 @@ def _torch(root: Path, version: str, files: dict[str, str]) -> Path:
     return torch_dir
 
 
+def _unmet_never_asked() -> set[str]:
+    raise AssertionError("asked for the environment's unmet conditions without a conditional entry")
+
+
 def _diff(tmp_path: Path, old: dict[str, str], new: dict[str, str], device: str | None = "snpu",
-          new_runtime_keys: set[str] | None = None):
-    before = opinfo_inventory(TorchSources(_torch(tmp_path, "2.13.0", old)), device=device)
-    after = opinfo_inventory(TorchSources(_torch(tmp_path, "2.14.1", new)), new_runtime_keys, device=device)
+          new_runtime_keys: set[str] | None = None, unmet=_unmet_never_asked):
+    before = opinfo_inventory(TorchSources(_torch(tmp_path, "2.13.0", old)), device=device, unmet=unmet)
+    after = opinfo_inventory(TorchSources(_torch(tmp_path, "2.14.1", new)), new_runtime_keys, device=device,
+                             unmet=unmet)
     return compare(before, after)
 
 
@@ -189,9 +194,17 @@ def test_an_entry_added_under_a_runtime_condition_counts_only_where_the_module_h
     it, it is not added; without an imported op_db (a wheel) it is, so nothing is missed. A condition on a
     module constant is decided statically."""
     old, new = {"common_methods_invocations.py": DSL_OLD}, {"common_methods_invocations.py": DSL_NEW}
-    assert _diff(tmp_path / "a", old, new, new_runtime_keys={"topk"}).added == []
-    assert _diff(tmp_path / "b", old, new, new_runtime_keys={"topk", "topk.cutedsl_optimized"}).added == [
+    assert _diff(tmp_path / "a", old, new, new_runtime_keys={"topk"}, unmet=set).added == []
+    assert _diff(tmp_path / "b", old, new, new_runtime_keys={"topk", "topk.cutedsl_optimized"}, unmet=set).added == [
         "topk.cutedsl_optimized"]
-    assert _diff(tmp_path / "c", old, new).added == ["topk.cutedsl_optimized"]
+    assert _diff(tmp_path / "c", old, new, unmet=set).added == ["topk.cutedsl_optimized"]
     keys = {t.op for t in opinfo_inventory(TorchSources(_torch(tmp_path / "d", "2.14.1", new))).tests}
     assert keys == {"topk", "topk.cutedsl_optimized"}
+    # Where the environment does not meet the condition (read from the installed torch), neither version's entry
+    # counts: defined in both and changed, it is not re-evaluated; added in a wheel, it is not added.
+    changed = {"common_methods_invocations.py": DSL_NEW.replace("variant_test_name='cutedsl_optimized', dtypes=all_types()",
+                                                                "variant_test_name='cutedsl_optimized', dtypes=floating_types()")}
+    assert _diff(tmp_path / "e", new, changed, unmet=set).changed == ["topk.cutedsl_optimized"]
+    diff = _diff(tmp_path / "f", new, changed, unmet=lambda: {"topk.cutedsl_optimized"})
+    assert diff.changed == [] and diff.added == [] and diff.removed == []
+    assert _diff(tmp_path / "g", old, new, unmet=lambda: {"topk.cutedsl_optimized"}).added == []
