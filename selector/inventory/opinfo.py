@@ -727,33 +727,37 @@ def installed_keys(data_dir: Path) -> set[str]:
     return keys
 
 
+def _cached_json(cache: Path, build: Callable[[], object]) -> object:
+    """The JSON in ``cache``, or ``build()`` written there (a scan takes seconds)."""
+    import json
+
+    from crcr.fileio import atomic_write_text
+
+    if cache.is_file():
+        try:
+            return json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # rebuilt below
+    value = build()
+    atomic_write_text(cache, json.dumps(value, sort_keys=True))
+    return value
+
+
 def unmet_conditions(data_dir: Path) -> set[str]:
     """Keys of the installed torch's entries that are defined under a runtime condition (a DSL being available)
     and that its imported databases do not hold: the condition is not met in this environment. Cached per
     torch version in the data dir; empty when the installed op_db cannot be read."""
-    import json
-
-    from crcr.fileio import atomic_write_text
     from selector.errors import SelectorInputError
     from selector.inventory.sources import installed_torch_dir
 
     try:
         sources = TorchSources(installed_torch_dir())
-    except SelectorInputError:
-        return set()
-    cache = data_dir / "selector" / f"opinfo-unmet-v1-{sources.version or 'unknown'}.json"
-    if cache.is_file():
-        try:
-            return set(json.loads(cache.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            pass  # rebuilt below
-    try:
         keys = installed_keys(data_dir)
     except SelectorInputError:
         return set()
-    unmet = sorted(k for k, e in scan_all(sources).entries.items() if e.conditional and k not in keys)
-    atomic_write_text(cache, json.dumps(unmet))
-    return set(unmet)
+    cache = data_dir / "selector" / f"opinfo-unmet-v1-{sources.version or 'unknown'}.json"
+    return set(_cached_json(cache, lambda: sorted(
+        k for k, e in scan_all(sources).entries.items() if e.conditional and k not in keys)))  # type: ignore[arg-type]
 
 
 def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
@@ -763,16 +767,5 @@ def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
 
 def cached_fingerprints(sources: TorchSources, data_dir: Path) -> dict[str, str]:
     """OpInfo fingerprints by key for one torch version, cached in the data dir (a scan takes seconds)."""
-    import json
-
-    from crcr.fileio import atomic_write_text
-
     cache = data_dir / "selector" / f"opinfo-fps-v2-{sources.version or 'unknown'}.json"
-    if cache.is_file():
-        try:
-            return dict(json.loads(cache.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            pass  # rebuilt below
-    fps = {k: e.fingerprint for k, e in scan(sources).items()}
-    atomic_write_text(cache, json.dumps(fps, sort_keys=True))
-    return fps
+    return dict(_cached_json(cache, lambda: {k: e.fingerprint for k, e in scan(sources).items()}))  # type: ignore[call-overload]
