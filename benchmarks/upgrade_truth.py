@@ -213,7 +213,11 @@ def describe(x: Any, depth: int = 0) -> Any:
         fn = getattr(x, "__func__", x)
         inner = getattr(fn, "__wrapped__", None)
         if inner is not None:  # a decorator's wrapper (torch.no_grad() on a partial of a sample-inputs generator)
-            return ["wrapped", getattr(fn, "__qualname__", ""), describe(inner, depth + 1)]
+            # a wrapper the OpInfo modules define does work of its own (opinfo/utils.py's
+            # reference_reduction_numpy wraps np.amax with functools.wraps and checks the mask): its code counts
+            own = ([_source(fn), *[_source(f) for f in _callees(fn)]]
+                   if str(getattr(fn, "__module__", "")).startswith(_DEFINITION_MODULES) else [])
+            return ["wrapped", getattr(fn, "__qualname__", ""), *own, describe(inner, depth + 1)]
         return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
