@@ -215,8 +215,9 @@ def describe(x: Any, depth: int = 0) -> Any:
         if inner is not None:  # a decorator's wrapper (torch.no_grad() on a partial of a sample-inputs generator)
             # a wrapper the OpInfo modules define does work of its own (opinfo/utils.py's
             # reference_reduction_numpy wraps np.amax with functools.wraps and checks the mask): its code counts
-            own = ([_source(fn), *[_source(f) for f in _callees(fn)]]
-                   if str(getattr(fn, "__module__", "")).startswith(_DEFINITION_MODULES) else [])
+            # (functools.wraps copies the wrapped function's __module__: the wrapper's globals say where it is)
+            own = ([_source(fn.__code__), *[_source(f) for f in _callees(fn)]]  # getsource(fn) would unwrap it
+                   if str(getattr(fn, "__globals__", {}).get("__name__", "")).startswith(_DEFINITION_MODULES) else [])
             return ["wrapped", getattr(fn, "__qualname__", ""), *own, describe(inner, depth + 1)]
         return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
