@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from crcr.contracts.inventory import Inventory, InventoryTest, load_inventory  # noqa: E402
-from selector.inventory.opinfo import installed_keys, opinfo_inventory, scan_all  # noqa: E402
+from selector.inventory.opinfo import installed_keys, opinfo_inventory, scan_all, unmet_conditions  # noqa: E402
 from selector.inventory.sources import INTERNAL, TorchSources, installed_torch_dir  # noqa: E402
 from selector.upgrade import compare  # noqa: E402
 
@@ -113,7 +113,8 @@ def main() -> None:
     for label, dev in (("every device", None), (f"device {args.device}", device)):
         if label == "every device" and device is None:
             continue
-        old_inv, new_inv = opinfo_inventory(old_src, old_keys, device=dev), opinfo_inventory(new_src, new_keys, device=dev)
+        old_inv = opinfo_inventory(old_src, old_keys, device=dev, unmet=lambda: unmet_conditions(args.data_dir))
+        new_inv = opinfo_inventory(new_src, new_keys, device=dev, unmet=lambda: unmet_conditions(args.data_dir))
         rows.append((f"after, {label}", set(compare(old_inv, new_inv).to_reevaluate)))
     not_static = [e for inv in (old_inv, new_inv) for e in inv.errors]
     print(f"not evaluated statically: {len(not_static)}" + "".join(f"\n  {e.torch_version}: {e.missing or e.file}: "

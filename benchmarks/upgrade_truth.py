@@ -11,7 +11,7 @@ lacks are replaced by named placeholders and listed on stderr, so the entries st
 Each entry (op_db, python_ref_db and the foreach lists, keyed name[.variant_test_name] as op_db keys
 them; foreach entries as _foreach_<name>) is fingerprinted from what it is: every attribute of the
 object, functions by their normalised source and that of every function of the OpInfo definition modules
-(common_methods_invocations, opinfo/*) they reach by global name, transitively, DecorateInfo by its decorators, class, test,
+(common_methods_invocations, opinfo/*) they reach by global name or a function-local import, transitively, DecorateInfo by its decorators, class, test,
 device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
 
 With --device D, only what D's tests can see is fingerprinted, read from the runtime objects the
@@ -144,6 +144,24 @@ def _names(code: types.CodeType) -> set[str]:
     return out
 
 
+def _local_imports(code: types.CodeType) -> list[tuple[str, str]]:
+    """(module, name) of every ``from module import name`` inside a function (_masked.py's
+    ``sample_inputs_masked_std_var`` imports common_methods_invocations' ``sample_inputs_std_var`` locally)."""
+    import dis
+
+    out: list[tuple[str, str]] = []
+    module = ""
+    for ins in dis.get_instructions(code):
+        if ins.opname == "IMPORT_NAME":
+            module = str(ins.argval)
+        elif ins.opname == "IMPORT_FROM" and module:
+            out.append((module, str(ins.argval)))
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            out += _local_imports(c)
+    return out
+
+
 def _callees(fn: Any) -> list[Any]:
     """Module-level functions of the OpInfo definition modules that ``fn`` reaches by global name, transitively
     (a sample-inputs function's shared generator is part of what the entry does), in a stable order."""
@@ -157,8 +175,9 @@ def _callees(fn: Any) -> list[Any]:
         code, glb = getattr(f, "__code__", None), getattr(f, "__globals__", {})
         if code is None:
             continue
-        for n in _names(code):
-            g = glb.get(n)
+        found = [glb.get(n) for n in _names(code)]
+        found += [getattr(sys.modules.get(m), n, None) for m, n in _local_imports(code) if m.startswith(_DEFINITION_MODULES)]
+        for g in found:
             g = inspect.unwrap(g) if callable(g) else g
             if (isinstance(g, types.FunctionType) and g is not fn and str(g.__module__).startswith(_DEFINITION_MODULES)
                     and f"{g.__module__}.{g.__qualname__}" not in seen):
@@ -194,7 +213,12 @@ def describe(x: Any, depth: int = 0) -> Any:
         fn = getattr(x, "__func__", x)
         inner = getattr(fn, "__wrapped__", None)
         if inner is not None:  # a decorator's wrapper (torch.no_grad() on a partial of a sample-inputs generator)
-            return ["wrapped", getattr(fn, "__qualname__", ""), describe(inner, depth + 1)]
+            # a wrapper the OpInfo modules define does work of its own (opinfo/utils.py's
+            # reference_reduction_numpy wraps np.amax with functools.wraps and checks the mask): its code counts
+            # (functools.wraps copies the wrapped function's __module__: the wrapper's globals say where it is)
+            own = ([_source(fn.__code__), *[_source(f) for f in _callees(fn)]]  # getsource(fn) would unwrap it
+                   if str(getattr(fn, "__globals__", {}).get("__name__", "")).startswith(_DEFINITION_MODULES) else [])
+            return ["wrapped", getattr(fn, "__qualname__", ""), *own, describe(inner, depth + 1)]
         return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))

@@ -77,15 +77,17 @@ def _load_inventory_arg(path: Path, device: str | None = None) -> Any:
     from crcr.contracts.inventory import load_inventory
 
     if path.suffix == ".whl" or path.is_dir():
-        from selector.inventory.opinfo import opinfo_inventory
+        from selector.inventory.opinfo import opinfo_inventory, unmet_conditions
         from selector.inventory.sources import TorchSources
 
-        return opinfo_inventory(TorchSources(path), device=device)
+        # entries defined under a runtime condition this environment does not meet are left out of every version
+        return opinfo_inventory(TorchSources(path), device=device,
+                                unmet=lambda: unmet_conditions(_settings().data_dir))
     if str(path) == "installed":
         # The installed torch imports: its op_db says which entries exist; what the static evaluation
         # misses is reported and counted as changed.
         from selector.errors import SelectorInputError
-        from selector.inventory.opinfo import installed_keys, opinfo_inventory
+        from selector.inventory.opinfo import installed_keys, opinfo_inventory, unmet_conditions
         from selector.inventory.sources import TorchSources, installed_torch_dir
 
         try:
@@ -94,7 +96,8 @@ def _load_inventory_arg(path: Path, device: str | None = None) -> Any:
             typer.echo(f"warning: the installed op_db could not be read ({exc}); entries are read statically only",
                        err=True)
             keys = None
-        return opinfo_inventory(TorchSources(installed_torch_dir()), keys, device=device)
+        return opinfo_inventory(TorchSources(installed_torch_dir()), keys, device=device,
+                                unmet=(lambda: unmet_conditions(_settings().data_dir)) if keys else None)
     return load_inventory(path)
 
 

@@ -11,6 +11,7 @@ hashed by this same code, so added / removed / changed / unchanged is meaningful
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +39,7 @@ class OpInfoEntry:
     helpers: list[str] = field(default_factory=list)
     source: str = ""
     kw_fps: dict[str, str] = field(default_factory=dict)  # per keyword argument (a ref inherits the ones it lacks)
+    conditional: bool = False  # added under a module-level condition that is not static (a DSL being available)
 
 
 def _const_str(node: ast.AST | None) -> str | None:
@@ -73,22 +75,28 @@ def _is_db_name(name: str) -> bool:
     return name in _OP_DB_LISTS or (name.startswith("foreach_") and name.endswith("op_db"))
 
 
-def _module_statements(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Module-level statements, ``if``/``else`` branches flattened (entries added under a runtime condition,
-    such as a DSL being available, are definitions too)."""
-    out: list[ast.stmt] = []
+def _module_statements(body: list[ast.stmt], consts: dict[str, object] | None = None,
+                       conditional: bool = False) -> list[tuple[ast.stmt, bool]]:
+    """Module-level statements with whether they run under a condition that is not static. An ``if`` whose
+    test the module's constants decide keeps the branch taken; otherwise both branches are kept and marked
+    conditional (entries added only when a DSL is available are definitions too, present or not at runtime)."""
+    out: list[tuple[ast.stmt, bool]] = []
     for node in body:
         if isinstance(node, ast.If):
-            out += _module_statements(node.body) + _module_statements(node.orelse)
+            taken = _static(node.test, consts or {})
+            if taken is _MISSING:
+                out += (_module_statements(node.body, consts, True) + _module_statements(node.orelse, consts, True))
+            else:
+                out += _module_statements(node.body if taken else node.orelse, consts, conditional)
         else:
-            out.append(node)
+            out.append((node, conditional))
     return out
 
 
-def _feeders(stmts: list[ast.stmt]) -> dict[str, str]:
+def _feeders(stmts: list[tuple[ast.stmt, bool]]) -> dict[str, str]:
     """Dicts of lists folded into a database: ``for ops in dsl_ops_by_dsl.values(): op_db.extend(ops)``."""
     out: dict[str, str] = {}
-    for node in stmts:
+    for node, _ in stmts:
         if (isinstance(node, ast.For) and isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Attribute)
                 and node.iter.func.attr == "values" and isinstance(node.iter.func.value, ast.Name)):
             for sub in ast.walk(node):
@@ -111,14 +119,15 @@ def _list_owner(node: ast.AST, feeders: dict[str, str]) -> str | None:
     return None
 
 
-def _db_statements(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+def _db_statements(tree: ast.Module) -> list[tuple[str, ast.AST, bool]]:
     """Module-level expressions that put entries into a database list, in order: ``op_db = [...]``,
     ``op_db: list[OpInfo] = [...]``, ``op_db += [...]``, ``op_db.append(x)``, ``op_db.extend(xs)``, and
-    appends to dicts of lists later folded into op_db."""
-    stmts = _module_statements(tree.body)
+    appends to dicts of lists later folded into op_db; with whether the statement runs under a condition that
+    is not static."""
+    stmts = _module_statements(tree.body, _module_constants(tree))
     feeders = _feeders(stmts)
-    found: list[tuple[str, ast.AST]] = []
-    for node in stmts:
+    found: list[tuple[str, ast.AST, bool]] = []
+    for node, conditional in stmts:
         db: str | None = None
         value: ast.AST | None = None
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
@@ -134,19 +143,19 @@ def _db_statements(tree: ast.Module) -> list[tuple[str, ast.AST]]:
         if db is not None and _is_db_name(db) and value is not None:
             if isinstance(value, ast.Attribute | ast.Name | ast.Subscript):
                 continue  # op_db += opinfo.definitions.op_db: those files are scanned on their own
-            found.append((db, value))
+            found.append((db, value, conditional))
     return found
 
 
-def _legacy_db_lists(tree: ast.Module) -> list[tuple[str, ast.AST]]:
+def _legacy_db_lists(tree: ast.Module) -> list[tuple[str, ast.AST, bool]]:
     """The scanner before issue 8's exact upgrade: module-level list literals named ``*op_db``."""
-    found: list[tuple[str, ast.AST]] = []
+    found: list[tuple[str, ast.AST, bool]] = []
     for node in tree.body:
         target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
             node.target if isinstance(node, ast.AnnAssign | ast.AugAssign) else None)
         value = getattr(node, "value", None)
         if isinstance(target, ast.Name) and target.id.endswith(_DB_SUFFIXES) and isinstance(value, ast.List):
-            found.append((target.id, value))
+            found.append((target.id, value, False))
     return found
 
 
@@ -193,6 +202,9 @@ def _value(node: ast.AST | None, env: dict[str, object]) -> object:
         return _MISSING
     if isinstance(node, ast.Name):
         return env.get(node.id, _MISSING)
+    if isinstance(node, ast.IfExp):
+        test = _static(node.test, env)
+        return _MISSING if test is _MISSING else _value(node.body if test else node.orelse, env)
     if isinstance(node, ast.JoinedStr):
         parts = []
         for v in node.values:
@@ -308,9 +320,10 @@ class _Evaluator:
                         nxt.append(e2)
             envs = nxt
         # The loop's values are in each entry's bindings; the iterable itself is left out, so adding a
-        # variant to ('mean', 'prod') does not change the existing variants.
-        shape = [normalised(node.elt), *[normalised(g.target) + "".join(normalised(c) for c in g.ifs)
-                                         for g in node.generators]]
+        # variant to ('mean', 'prod') does not change the existing variants. The element is not context either:
+        # each entry's own call (read for its bindings) and any helper call it goes through are hashed as such,
+        # so a keyword only the 'mean' binding makes differ is not a change to 'amax'.
+        shape = [normalised(g.target) + "".join(normalised(c) for c in g.ifs) for g in node.generators]
         ctx = [*context, *shape]
         return [f for e in envs for f in self.expand(node.elt, e, ctx, depth + 1)]
 
@@ -377,6 +390,56 @@ class _Helpers:
 
     def named_in(self, node: ast.AST) -> list[str]:
         return [n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in self.codes]
+
+    def for_module(self, own: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]) -> _Helpers:
+        """The helpers as one module's names resolve them: its own functions first (opinfo/definitions/_masked.py
+        has its own ``sample_inputs_std_var``, not common_methods_invocations'), then the first definition."""
+        mine = {n: fn for n, fn in own.items() if self.funcs.get(n) is not fn}
+        if not mine:
+            return self
+        return _Helpers({**self.funcs, **mine}, {**self.codes, **{n: _code_of(fn) for n, fn in mine.items()}},
+                        self.classes)
+
+    def class_default(self, cls_name: str, arg: str) -> object:
+        """The static default a class (through its bases) gives constructor argument ``arg``: a dataclass
+        field (``gradcheck_nondet_tol: float = 0.0``) or an ``__init__`` parameter default; else UNKNOWN."""
+        todo, seen = [cls_name], set()
+        while todo:
+            cls = self.classes.get(todo.pop(0))
+            if cls is None or cls.name in seen:
+                continue
+            seen.add(cls.name)
+            for node in cls.body:
+                if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == arg
+                        and node.value is not None):
+                    return _value(node.value, {})
+                if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                    found = bindings(node, None, {}, _static)
+                    if arg in found:
+                        return found[arg]
+            todo += [b.id for b in cls.bases if isinstance(b, ast.Name)]
+        return _MISSING
+
+    def canonical(self, call: ast.Call, env: dict[str, object]) -> ast.Call:
+        """``call`` as the entry it builds: a keyword whose ``x if c else y`` the bindings decide holds the branch
+        taken, and a keyword whose static value is the class's default is left out (passing the default is
+        not passing it: ``gradcheck_nondet_tol=... if reduction_type in ('mean', 'prod') else 0.0`` changes
+        nothing for amin/amax)."""
+        import copy
+
+        out = copy.copy(call)
+        out.keywords = []
+        for kw in call.keywords:
+            value = kw.value
+            while isinstance(value, ast.IfExp) and (taken := _static(value.test, env)) is not _MISSING:
+                value = value.body if taken else value.orelse
+            static = _value(value, env)
+            if kw.arg and static is not _MISSING:
+                default = self.class_default(_call_name(call), kw.arg)
+                if default is not _MISSING and type(default) is type(static) and default == static:
+                    continue
+            out.keywords.append(ast.keyword(arg=kw.arg, value=value))
+        return out
 
     def reach(self, names: set[str]) -> set[str]:
         """The helpers ``names`` name in their bodies, transitively (a sample-inputs function's shared generator
@@ -491,6 +554,7 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
     scope = DeviceScope.of(device) if device and not legacy else None
     parsed: list[tuple[str, ast.Module, str]] = []
     funcs: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
+    own: dict[str, dict[str, ast.FunctionDef | ast.AsyncFunctionDef]] = {}
     classes: dict[str, ast.ClassDef] = {}
     for rel in sources.opinfo_files():
         text = sources.read(rel)
@@ -500,7 +564,8 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
             continue
         for_device(tree, scope)
         parsed.append((rel, tree, text))
-        for name, fn in _functions(tree).items():
+        own[rel] = _functions(tree)
+        for name, fn in own[rel].items():
             funcs.setdefault(name, fn)
         for name, cls in _classes(tree).items():
             classes.setdefault(name, cls)
@@ -520,8 +585,9 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
     refs: dict[str, tuple[str, str, set[str]]] = {}
     unevaluated: list[str] = []
     for rel, tree, text in parsed:
-        ev = _Evaluator(funcs, _module_constants(tree), None if legacy else known)
-        for db, value in (_legacy_db_lists(tree) if legacy else _db_statements(tree)):
+        mod = known if legacy else known.for_module(own[rel])
+        ev = _Evaluator(mod.funcs, _module_constants(tree), None if legacy else mod)
+        for db, value, conditional in (_legacy_db_lists(tree) if legacy else _db_statements(tree)):
             if legacy:
                 found = [_Found(e, {}, []) for e in value.elts if isinstance(e, ast.Call)]  # type: ignore[attr-defined]
             else:
@@ -536,14 +602,16 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                     name = f"_foreach_{name}"  # as ForeachFuncInfo names itself
                 key = f"{name}.{variant}" if variant else name
                 used = sorted({n.id for n in ast.walk(f.call) if isinstance(n, ast.Name) and n.id in helpers})
-                codes = [helpers[h] for h in used] if legacy else known.codes_for(f.call, f.env)
-                fp = digest(normalised(f.call), _json(f.env), *f.context, *codes)
-                entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used)
+                call = f.call if legacy else mod.canonical(f.call, f.env)
+                codes = [helpers[h] for h in used] if legacy else mod.codes_for(call, f.env)
+                fp = digest(normalised(call), _json(f.env), *f.context, *codes)
+                entry = OpInfoEntry(key, name, variant, db, f"{INTERNAL}/{rel}", f.call.lineno, fp, used,
+                                    conditional=conditional)
                 if not legacy:
                     env_ctx = (_json(f.env), *f.context)
                     entry.kw_fps = {kw.arg or "**": digest(normalised(kw.value), *env_ctx,
-                                                           *known.codes_for(kw.value, f.env))
-                                    for kw in f.call.keywords}
+                                                           *mod.codes_for(kw.value, f.env))
+                                    for kw in call.keywords}
                 if with_source:
                     entry.source = ast.get_source_segment(text, f.call) or ""
                 # An op_db entry beats any other list's entry of the same key; within a kind the first
@@ -559,7 +627,7 @@ def scan_all(sources: TorchSources, with_source: bool = False, legacy: bool = Fa
                                      {kw.arg for kw in f.call.keywords if kw.arg})
         unevaluated += [f"{INTERNAL}/{rel}:{line}: {why}" for line, why in ev.unevaluated]
     if not legacy:
-        _inherit_torch_opinfo(entries, refs)
+        _inherit_torch_opinfo(entries, refs, _NOT_INHERITED | _set_by_inherit(funcs.get("_inherit_constructor_args")))
     return ScanResult(entries, sorted(set(unevaluated)))
 
 
@@ -569,14 +637,34 @@ _NOT_INHERITED = frozenset({"skips", "decorators", "name", "op", "aliases", "met
                             "supports_scripting", "variant_test_name"})
 
 
-def _inherit_torch_opinfo(entries: dict[str, OpInfoEntry], refs: dict[str, tuple[str, str, set[str]]]) -> None:
+def _set_by_inherit(fn: ast.FunctionDef | ast.AsyncFunctionDef | None) -> frozenset[str]:
+    """Arguments opinfo/refs.py's ``_inherit_constructor_args`` drops or sets itself, read from that version: the
+    keys of its dict literals, of ``kwargs["x"] = ...`` / ``del kwargs["x"]`` and of ``"x" in kwargs`` (2.12
+    sets ``supports_autograd``, ``supports_forward_ad`` ... to False for every reference)."""
+    if fn is None:
+        return frozenset()
+    keys: set[str] = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Dict):
+            keys |= {k.value for k in node.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+            if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                keys.add(node.slice.value)
+        elif (isinstance(node, ast.Compare) and isinstance(node.left, ast.Constant) and isinstance(node.left.value, str)
+              and isinstance(node.ops[0], ast.In)):
+            keys.add(node.left.value)
+    return frozenset(keys - {"kwargs"})
+
+
+def _inherit_torch_opinfo(entries: dict[str, OpInfoEntry], refs: dict[str, tuple[str, str, set[str]]],
+                          not_inherited: frozenset[str] = _NOT_INHERITED) -> None:
     """A PythonRefInfo copies the constructor arguments of the op_db entry it names (torch_opinfo_name /
     torch_opinfo_variant_name) that it does not set itself, so a change to one of those arguments is a
     change to the reference entry too; a change to an argument the ref overrides is not."""
     for key, (name, variant, own) in refs.items():
         target = entries.get(f"{name}.{variant}" if variant else name)
         if key in entries and target is not None:
-            inherited = [f"{k}={v}" for k, v in sorted(target.kw_fps.items()) if k not in own and k not in _NOT_INHERITED]
+            inherited = [f"{k}={v}" for k, v in sorted(target.kw_fps.items()) if k not in own and k not in not_inherited]
             entries[key].fingerprint = digest(entries[key].fingerprint, *inherited)
 
 
@@ -586,22 +674,31 @@ def scan(sources: TorchSources, with_source: bool = False) -> dict[str, OpInfoEn
 
 
 def opinfo_inventory(sources: TorchSources, runtime_keys: set[str] | None = None,
-                     device: str | None = None) -> Inventory:
+                     device: str | None = None,
+                     unmet: set[str] | Callable[[], set[str]] | None = None) -> Inventory:
     """An OpInfo-granularity inventory: one pseudo-test per OpInfo entry.
 
     ``runtime_keys``: the keys the imported module's databases hold (for the installed torch). An entry
     the module holds but the static evaluation did not see gets a "not evaluated" fingerprint of its
     version (so it always counts as changed) and an error record; so does every database expression
-    whose entries could not be evaluated statically. Nothing is dropped silently. ``device``: fingerprints
-    of what applies to that device type's tests only (recorded in the inventory's ``device``).
+    whose entries could not be evaluated statically. Nothing is dropped silently. An entry found only
+    under a module-level condition that is not static (``if "cutedsl" in dsl_ops_by_dsl:``) is left out
+    when the imported module's databases do not hold it, or its key is in ``unmet`` (``unmet_conditions``:
+    this environment does not meet its condition, read from the installed torch; any version's entry of that
+    key is left out, so an upgrade between versions that both define it does not call it added; a callable is
+    called only when the version has such entries). ``device``: fingerprints of what applies to that device type's tests only (recorded in the inventory's
+    ``device``).
     """
     from crcr.contracts.inventory import InventoryError
 
     result = scan_all(sources, device=device)
+    if callable(unmet):
+        unmet = unmet() if any(e.conditional for e in result.entries.values()) else set()
     tests = [
         InventoryTest(id=f"{e.file}::{e.db}::{e.key}", file=e.file, cls=e.db, method=e.key, op=e.key,
                       fingerprint=e.fingerprint, opinfo_fingerprint=e.fingerprint)
         for e in result.entries.values()
+        if not (e.conditional and (e.key in (unmet or set()) or (runtime_keys and e.key not in runtime_keys)))
     ]
     errors = [InventoryError(file=u.split(":", 1)[0], error_class="NotEvaluated", torch_version=sources.version,
                              message=u.split(":", 1)[1].strip()[:300]) for u in result.unevaluated]
@@ -630,6 +727,39 @@ def installed_keys(data_dir: Path) -> set[str]:
     return keys
 
 
+def _cached_json(cache: Path, build: Callable[[], object]) -> object:
+    """The JSON in ``cache``, or ``build()`` written there (a scan takes seconds)."""
+    import json
+
+    from crcr.fileio import atomic_write_text
+
+    if cache.is_file():
+        try:
+            return json.loads(cache.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass  # rebuilt below
+    value = build()
+    atomic_write_text(cache, json.dumps(value, sort_keys=True))
+    return value
+
+
+def unmet_conditions(data_dir: Path) -> set[str]:
+    """Keys of the installed torch's entries that are defined under a runtime condition (a DSL being available)
+    and that its imported databases do not hold: the condition is not met in this environment. Cached per
+    torch version in the data dir; empty when the installed op_db cannot be read."""
+    from selector.errors import SelectorInputError
+    from selector.inventory.sources import installed_torch_dir
+
+    try:
+        sources = TorchSources(installed_torch_dir())
+        keys = installed_keys(data_dir)
+    except SelectorInputError:
+        return set()
+    cache = data_dir / "selector" / f"opinfo-unmet-v1-{sources.version or 'unknown'}.json"
+    return set(_cached_json(cache, lambda: sorted(
+        k for k, e in scan_all(sources).entries.items() if e.conditional and k not in keys)))  # type: ignore[arg-type]
+
+
 def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
     """The OpInfo entry for ``op`` (``name`` or ``name.variant``) with its source text."""
     return scan(sources, with_source=True).get(op)
@@ -637,16 +767,5 @@ def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
 
 def cached_fingerprints(sources: TorchSources, data_dir: Path) -> dict[str, str]:
     """OpInfo fingerprints by key for one torch version, cached in the data dir (a scan takes seconds)."""
-    import json
-
-    from crcr.fileio import atomic_write_text
-
     cache = data_dir / "selector" / f"opinfo-fps-v2-{sources.version or 'unknown'}.json"
-    if cache.is_file():
-        try:
-            return dict(json.loads(cache.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            pass  # rebuilt below
-    fps = {k: e.fingerprint for k, e in scan(sources).items()}
-    atomic_write_text(cache, json.dumps(fps, sort_keys=True))
-    return fps
+    return dict(_cached_json(cache, lambda: {k: e.fingerprint for k, e in scan(sources).items()}))  # type: ignore[call-overload]

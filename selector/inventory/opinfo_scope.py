@@ -97,6 +97,15 @@ class _ForDevice(ast.NodeTransformer):
                 kw.value.keys, kw.value.values = [k for k, _ in pairs], [v for _, v in pairs]
         return node
 
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        # skips_mvlgamma() + (<mps-only DecorateInfo>, ...): once emptied, ``x + ()`` is ``x``
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Add):
+            for kept, other in ((node.left, node.right), (node.right, node.left)):
+                if isinstance(other, ast.Tuple | ast.List) and not other.elts:
+                    return kept
+        return node
+
     def _elements(self, node: ast.List | ast.Tuple | ast.Set) -> ast.AST:
         self.generic_visit(node)
         node.elts = [e for e in node.elts if self.scope.decorate_info_applies(e)]
