@@ -41,24 +41,33 @@ def _row_key(d: Delivery) -> tuple[str, str]:
     return ("pr", str(d.pr_number)) if d.event == "pull_request" and d.pr_number is not None else ("commit", d.head_sha or d.id)
 
 
-def grid(session: Session, *, page: int = 1, rows: int = PAGE_ROWS) -> dict[str, Any]:
-    """Recent PRs and trunk commits (newest first) x backends, ``rows`` per page."""
-    page, rows = max(1, page), max(1, min(rows, 200))
+def _grouped_page(session: Session, query: Any, key: Any, *, page: int, rows: int,
+                  keep: Any = None) -> tuple[list[tuple[Any, list[Any]]], bool]:
+    """Rows of ``query`` (newest first) grouped by ``key``, read in chunks until enough
+    distinct groups exist for ``page``: the groups of that page in first-seen order, and
+    whether a later page has any. ``keep`` drops rows that belong to no group."""
     wanted = page * rows
-    # newest deliveries first, read in pages until enough distinct rows (uses the received_at index)
-    keys: dict[tuple[str, str], list[Delivery]] = {}
+    groups: dict[Any, list[Any]] = {}
     offset, chunk = 0, wanted * _SCAN
-    while len(keys) < wanted + 1:
-        batch = session.scalars(
-            select(Delivery).where(Delivery.event.in_(("pull_request", "push")), Delivery.status == "accepted")
-            .order_by(Delivery.received_at.desc(), Delivery.id.desc()).offset(offset).limit(chunk)).all()
-        for d in batch:
-            keys.setdefault(_row_key(d), []).append(d)
+    while len(groups) < wanted + 1:
+        batch = session.scalars(query.offset(offset).limit(chunk)).all()
+        for item in batch:
+            if keep is None or keep(item):
+                groups.setdefault(key(item), []).append(item)
         if len(batch) < chunk:
             break
         offset += chunk
-    ordered = list(keys.items())
-    chosen = ordered[(page - 1) * rows: page * rows]
+    ordered = list(groups.items())
+    return ordered[(page - 1) * rows: wanted], len(ordered) > wanted
+
+
+def grid(session: Session, *, page: int = 1, rows: int = PAGE_ROWS) -> dict[str, Any]:
+    """Recent PRs and trunk commits (newest first) x backends, ``rows`` per page."""
+    page, rows = max(1, page), max(1, min(rows, 200))
+    # newest deliveries first, read in pages until enough distinct rows (uses the received_at index)
+    chosen, has_next = _grouped_page(
+        session, select(Delivery).where(Delivery.event.in_(("pull_request", "push")), Delivery.status == "accepted")
+        .order_by(Delivery.received_at.desc(), Delivery.id.desc()), _row_key, page=page, rows=rows)
     delivery_ids = [d.id for _, ds in chosen for d in ds]
     dispatches = session.scalars(select(Dispatch).where(Dispatch.delivery_id.in_(delivery_ids))).all() if delivery_ids else []
     jobs = session.scalars(select(Job).where(Job.delivery_id.in_(delivery_ids))).all() if delivery_ids else []
@@ -84,7 +93,7 @@ def grid(session: Session, *, page: int = 1, rows: int = PAGE_ROWS) -> dict[str,
                          "ref": newest.ref, "event": newest.event, "action": newest.action,
                          "received_at": newest.received_at.isoformat() if newest.received_at else None,
                          "href": f"/dashboard/pr/{key}" if kind == "pr" else None, "cells": cells})
-    return {"page": page, "rows_per_page": rows, "has_next": len(ordered) > page * rows, "backends": backends,
+    return {"page": page, "rows_per_page": rows, "has_next": has_next, "backends": backends,
             "rows": out_rows}
 
 
@@ -357,22 +366,11 @@ def triage_page(session: Session, *, page: int = 1, rows: int = PAGE_ROWS, backe
     (the analysis it fed), the newest verdict keeping the later ones; verdicts only on
     other pages still bound that window, so a request is listed under one verdict."""
     page, rows = max(1, page), max(1, min(rows, 200))
-    wanted = page * rows
-    groups: dict[tuple[str, str], list[Job]] = {}
     query = select(Job).where(Job.triage_verdict.isnot(None))
     if backend:
         query = query.where(Job.repo == backend)
-    offset, chunk = 0, wanted * _SCAN
-    while len(groups) < wanted + 1:
-        batch = session.scalars(query.order_by(Job.id.desc()).offset(offset).limit(chunk)).all()
-        for j in batch:
-            if isinstance(j.triage_verdict, dict) and j.triage_verdict:  # JSON null is no verdict
-                groups.setdefault(_verdict_key(j), []).append(j)
-        if len(batch) < chunk:
-            break
-        offset += chunk
-    ordered = list(groups.items())
-    chosen = ordered[(page - 1) * rows: page * rows]
+    chosen, has_next = _grouped_page(session, query.order_by(Job.id.desc()), _verdict_key, page=page, rows=rows,
+                           keep=lambda j: isinstance(j.triage_verdict, dict) and bool(j.triage_verdict))  # JSON null: none
     backends = sorted({repo for (repo, _), _ in chosen})
     reruns: dict[str, list[RerunRequest]] = {}
     posts: dict[str, list[TriagePost]] = {}
@@ -420,5 +418,5 @@ def triage_page(session: Session, *, page: int = 1, rows: int = PAGE_ROWS, backe
                       "job_name": j.job_name, "href": f"/dashboard/jobs/{j.id}"} for j in jobs],
             "reruns": mine, "reports": reports,
             "backend_href": f"/dashboard/backends/{repo}"})
-    return {"page": page, "rows_per_page": rows, "has_next": len(ordered) > page * rows, "backend": backend,
+    return {"page": page, "rows_per_page": rows, "has_next": has_next, "backend": backend,
             "upstream_repo": upstream_repo, "rows": out_rows}
