@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -222,7 +223,44 @@ def record_simple(op: str, nbytes: int, sticks: int = 0, cycles: int | None = No
 
 
 def meta_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """The op's output on meta tensors: its shape and dtype, PyTorch's own checks."""
+    """The op's output on meta tensors: its shape and dtype, PyTorch's own checks.
+
+    Where the meta computation refuses the call, the error raised is the one the CPU kernel gives
+    for the same arguments (its type and message: a backend's argument checks are ATen's
+    ``TORCH_CHECK``s), not the meta kernel's or a Python reference's wording, which differ
+    (``ValueError: clamp called but both min and max are none!`` where the CPU raises
+    ``RuntimeError: torch.clamp: At least one of 'min' or 'max' must not be None``). When the CPU
+    accepts the call, the meta error stands.
+    """
+    try:
+        return _meta_call(func, args, kwargs)
+    except Exception as exc:
+        cpu = _cpu_refusal(func, args, kwargs)
+        if cpu is None or (type(cpu) is type(exc) and str(cpu) == str(exc)):
+            raise
+        raise cpu from None
+
+
+def _cpu_refusal(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> BaseException | None:
+    """The exception the CPU kernel raises for these arguments (on copies: nothing is written), or None."""
+
+    def copy(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return x.detach().to("cpu", copy=True)
+        if isinstance(x, (list, tuple)):
+            return type(x)(copy(v) for v in x)
+        return x
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            func(*copy(args), **{k: copy(v) for k, v in kwargs.items()})
+    except Exception as exc:  # the CPU's own refusal is what the caller should see
+        return exc
+    return None
+
+
+def _meta_call(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     if func._schema.is_mutable:
         # never run an in-place op on real data just to learn its shape
         return func(*to_meta(args, scalars=True), **to_meta(kwargs, scalars=True))

@@ -165,3 +165,28 @@ def test_every_kernel_says_how_it_runs() -> None:
     assert dispatch.KERNELS["aten::mm"].execution == "tiled"
     assert dispatch.KERNELS["aten::sort"].execution == "whole"
     assert dispatch.KERNELS["aten::view"].execution == "view"
+
+
+_ARG_ERRORS = {
+    "clamp without bounds": lambda d: torch.randn(5, device=d).clamp(),
+    "clamp_ without bounds": lambda d: torch.randn(5, device=d).clamp_(),
+    "float alpha for int tensors": lambda d: torch.add(
+        torch.ones(4, dtype=torch.int, device=d), torch.ones(4, dtype=torch.int, device=d), alpha=1.1
+    ),
+    "in-place int += float": lambda d: torch.ones(4, dtype=torch.int32, device=d).add_(1.5),
+    "in-place bool += uint8": lambda d: torch.ones(3, dtype=torch.bool, device=d).add_(
+        torch.ones(3, dtype=torch.uint8, device=d)
+    ),
+}
+
+
+@pytest.mark.parametrize("call", list(_ARG_ERRORS.values()), ids=list(_ARG_ERRORS))
+def test_argument_errors_are_the_cpus_type_and_message(call) -> None:
+    """snpu computes shapes on meta tensors, whose checks (meta kernels, Python references) word and type
+    their refusals differently: the user must see what the CPU says (upstream tests assert it)."""
+    with pytest.raises(Exception) as cpu:
+        call("cpu")
+    with pytest.raises(Exception) as dev:
+        call("snpu")
+    assert type(dev.value) is type(cpu.value) is RuntimeError
+    assert str(dev.value) == str(cpu.value)
