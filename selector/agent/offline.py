@@ -10,6 +10,8 @@ what was read and which calls decided it.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import re
 
 from crcr.contracts.inventory import InventoryTest
@@ -43,8 +45,10 @@ _PY_METHODS = frozenset(
     rstrip startswith endswith replace lower upper encode decode splitlines""".split()
 )
 # Dtype-list helpers of the test harness, however they are reached (``common_dtype.all_types_and(...)``).
-_DTYPE_HELPER = re.compile(r"^(get_all_\w*dtypes|(all|floating|integral|complex|floating_and_complex)_types(_and\w*)?|"
-                           r"all_types_and_complex(_and)?|\w+_dtypes)$")
+_DTYPE_HELPER = re.compile(
+    r"^(get_all_\w*dtypes|(all|floating|integral|complex|floating_and_complex)_types(_and\w*)?|"
+    r"all_types_and_complex(_and)?|\w+_dtypes)$"
+)
 
 
 def snake(name: str) -> str:
@@ -53,17 +57,74 @@ def snake(name: str) -> str:
     return re.sub(r"_(\d)", r"\1", out)
 
 
-def _body_nodes(fn: ast.FunctionDef):
+def _body_nodes(fn: ast.FunctionDef, dtype: str | None = None):
     """The nodes of the test's body: its decorators (``@dtypes(*get_all_dtypes())``) and default
-    arguments are evaluated when the class is built, never on the device."""
+    arguments are evaluated when the class is built, never on the device. With the test's ``dtype``,
+    the branches that dtype never takes (``if dtype.is_complex: ...``, ``x if dtype in (torch.cfloat,)
+    else y``) are left out: their code never runs in this test."""
     for stmt in fn.body:
-        yield from ast.walk(stmt)
+        yield from _live(stmt, dtype)
 
 
-def torch_calls(fn: ast.FunctionDef) -> list[str]:
+def _live(node: ast.AST, dtype: str | None):
+    yield node
+    if isinstance(node, (ast.If, ast.IfExp)):
+        taken = _dtype_truth(node.test, dtype)
+        yield from _live(node.test, dtype)
+        for branch, when in ((node.body, True), (node.orelse, False)):
+            if taken is None or taken is when:
+                for child in branch if isinstance(branch, list) else [branch]:
+                    yield from _live(child, dtype)
+        return
+    for child in ast.iter_child_nodes(node):
+        yield from _live(child, dtype)
+
+
+def _dtype_name(node: ast.AST) -> str | None:
+    """``torch.cfloat`` -> ``complex64``; None for anything else."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        name = _DTYPE_ALIASES.get(node.attr, node.attr)
+        return name if _DTYPE_NAME.match(name) else None
+    return None
+
+
+def _dtype_truth(test: ast.AST, dtype: str | None) -> bool | None:
+    """The value of a condition on the test's ``dtype`` argument alone (``dtype.is_complex``,
+    ``dtype is torch.bool``, ``dtype in [torch.cfloat, torch.cdouble]``, ``not``/``and``/``or`` of
+    those) for the test's dtype; None when it reads anything else or the dtype is unknown."""
+    if dtype is None:
+        return None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _dtype_truth(test.operand, dtype)
+        return None if value is None else not value
+    if isinstance(test, ast.BoolOp):
+        values = [_dtype_truth(v, dtype) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)  # True decides an `or`, False an `and`
+        if decisive in values:
+            return decisive
+        return (not decisive) if all(v is not None for v in values) else None
+    is_arg = lambda n: isinstance(n, ast.Name) and n.id == "dtype"  # noqa: E731
+    if isinstance(test, ast.Attribute) and is_arg(test.value):
+        if test.attr == "is_complex":
+            return dtype.startswith("complex")
+        if test.attr == "is_floating_point":
+            return dtype.startswith(("float", "bfloat"))
+        return None
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and is_arg(test.left):
+        op, right = test.ops[0], test.comparators[0]
+        if isinstance(op, (ast.Eq, ast.Is, ast.NotEq, ast.IsNot)) and (name := _dtype_name(right)):
+            return (name == dtype) is isinstance(op, (ast.Eq, ast.Is))
+        if isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (ast.List, ast.Tuple, ast.Set)):
+            names = [_dtype_name(e) for e in right.elts]
+            if all(names):
+                return (dtype in names) is isinstance(op, ast.In)
+    return None
+
+
+def torch_calls(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
     """Operator names a test's body calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
     found: list[str] = []
-    for node in _body_nodes(fn):
+    for node in _body_nodes(fn, dtype):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         attr = node.func.attr
@@ -82,42 +143,189 @@ def torch_calls(fn: ast.FunctionDef) -> list[str]:
                 continue
             if dotted.startswith(_HOST_TORCH):
                 continue
-        if (attr.startswith("_") or attr in NEUTRAL or attr.startswith("assert") or attr in _PY_METHODS
-                or _DTYPE_HELPER.match(attr)):
+        if (
+            attr.startswith("_")
+            or attr in NEUTRAL
+            or attr.startswith("assert")
+            or attr in _PY_METHODS
+            or _DTYPE_HELPER.match(attr)
+        ):
             continue
         found.append(attr)
     return sorted(set(found))
 
 
+# Tensor methods named after a device: they move data there, whatever aten says.
+_DEVICE_METHODS = frozenset("cuda xpu mps hpu ipu mtia xla pin_memory".split())
+
+
+@functools.cache
+def kernel_free(name: str) -> bool:
+    """Whether calling ``name`` needs no backend kernel *of that name*, by the installed torch's
+    dispatcher: every overload of ``aten::<name>`` is CompositeImplicitAutograd (it decomposes into
+    other aten ops, whose kernels do the work: ``vander``, ``msort``), or ``name`` is a Tensor method
+    bound in C++ with no aten op behind it (``ndimension``, ``nelement``: metadata, or a dtype
+    conversion through ``_to_copy``). False where torch does not import or says neither."""
+    if name in _DEVICE_METHODS:
+        return False
+    try:
+        import torch
+    except Exception:  # a machine without torch reads the capability file only
+        return False
+    try:
+        packet = getattr(torch.ops.aten, name)
+    except (AttributeError, RuntimeError):
+        packet = None
+    if packet is None:
+        return type(getattr(torch.Tensor, name, None)).__name__ == "method_descriptor"
+    try:
+        overloads = [f"aten::{name}" + ("" if o == "default" else f".{o}") for o in packet.overloads()]
+        return bool(overloads) and all(
+            torch._C._dispatch_has_kernel_for_dispatch_key(o, "CompositeImplicitAutograd") for o in overloads
+        )
+    except RuntimeError:
+        return False
+
+
+_HOST_MODULES = {"np": "numpy"}
+
+
+def _host_module(name: str) -> object | None:
+    try:
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def missing_host_calls(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
+    """Functions of a host library (NumPy, the standard library) the body calls and the installed
+    library does not have (``np.msort``, gone from NumPy 2): the call raises ``AttributeError`` on
+    every device. A library that does not import here is not judged."""
+    found: set[str] = set()
+    for node in _body_nodes(fn, dtype):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        chain: list[str] = []
+        base: ast.AST = node.func
+        while isinstance(base, ast.Attribute):
+            chain.insert(0, base.attr)
+            base = base.value
+        if not (isinstance(base, ast.Name) and base.id in _HOST_ROOTS):
+            continue
+        obj = _host_module(_HOST_MODULES.get(base.id, base.id))
+        if obj is None:
+            continue  # not installed, or not a module name: nothing to say
+        for i, attr in enumerate(chain):
+            if not hasattr(obj, attr):
+                found.add(".".join([base.id, *chain[: i + 1]]))
+                break
+            obj = getattr(obj, attr)
+    return sorted(found)
+
+
 # torch's dtype names and aliases -> the names capability files use.
-_DTYPE_ALIASES = {"double": "float64", "float": "float32", "half": "float16", "cfloat": "complex64",
-                  "cdouble": "complex128", "chalf": "complex32", "long": "int64", "int": "int32", "short": "int16"}
+_DTYPE_ALIASES = {
+    "double": "float64",
+    "float": "float32",
+    "half": "float16",
+    "cfloat": "complex64",
+    "cdouble": "complex128",
+    "chalf": "complex32",
+    "long": "int64",
+    "int": "int32",
+    "short": "int16",
+}
 _DTYPE_NAME = re.compile(r"^((float|bfloat|complex|int|uint)\d+|bool)$")
 
 
-def body_dtypes(fn: ast.FunctionDef) -> list[str]:
+# The harness's dtype maps (``numpy_to_torch_dtype_dict``): iterating one yields every dtype it maps.
+_DTYPE_MAP = re.compile(r"^\w*dtype\w*_dict$")
+_EVERY_REFUSABLE = ("float64", "complex64", "complex128")
+
+# Functions that read dtypes without building a tensor: ``torch.can_cast(torch.double, torch.float)``.
+_DTYPE_QUERIES = frozenset("can_cast promote_types finfo iinfo _element_size element_size".split())
+
+
+def _is_raises(call: ast.AST) -> bool:
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr.startswith("assertRaises")
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+    )
+
+
+def _inert(fn: ast.FunctionDef) -> set[int]:
+    """Nodes whose dtypes build no tensor on the device: compared names (``if dtype == torch.double``),
+    arguments of dtype queries (``torch.can_cast(torch.double, torch.float)``), and code a test expects to
+    be refused (``with self.assertRaises(...)`` blocks, ``self.assertRaises(E, lambda: ...)``): upstream
+    writes those calls to fail the op's own argument checks, before anything is computed."""
+    inert: set[int] = set()
+    for stmt in fn.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Compare):
+                inert |= {id(n) for n in ast.walk(node)}
+            elif isinstance(node, ast.Call) and (
+                (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", ""))
+                in _DTYPE_QUERIES
+            ):
+                inert |= {id(n) for a in (*node.args, *node.keywords) for n in ast.walk(a)}
+            elif isinstance(node, ast.With) and any(_is_raises(item.context_expr) for item in node.items):
+                inert |= {id(n) for b in node.body for n in ast.walk(b)}
+            elif _is_raises(node):
+                inert |= {id(n) for a in node.args[1:] for n in ast.walk(a)}
+    return inert
+
+
+def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
     """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
-    ``all_types_and_complex_and(...)`` (complex64 and complex128). Names that are only compared
-    (``if dtype == torch.double``) build nothing and are left out."""
-    compared: set[int] = set()
-    for node in _body_nodes(fn):
-        if isinstance(node, ast.Compare):
-            compared |= {id(n) for n in ast.walk(node)}
+    ``all_types_and_complex_and(...)`` (complex64 and complex128), a harness dtype map iterated
+    (``numpy_to_torch_dtype_dict.items()``: float64 and complex too). Names that build nothing are left
+    out: compared ones, dtype queries' arguments, code expected to be refused (:func:`_inert`), branches
+    the test's ``dtype`` never takes, and a dtype-list loop (``for v in all_types_and_complex_and(...)``)
+    whose variable only reaches such places."""
+    inert = _inert(fn)
+    loops: dict[int, str] = {}
+    for stmt in fn.body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name):
+                loops[id(node.iter)] = node.target.id
+
+    def builds(var: str) -> bool:
+        return any(
+            isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load) and id(n) not in inert
+            for n in _body_nodes(fn, dtype)
+        )
+
     found: set[str] = set()
-    for node in _body_nodes(fn):
-        if id(node) in compared:
+    for node in _body_nodes(fn, dtype):
+        if id(node) in inert:
             continue
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
             found.add("complex64")
-        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
-            name = _DTYPE_ALIASES.get(node.attr, node.attr)
-            if _DTYPE_NAME.match(name):
-                found.add(name)
+        elif name := _dtype_name(node):
+            found.add(name)
         elif isinstance(node, ast.Call):
             callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-            if callee in ("double", "cdouble", "cfloat", "chalf") and isinstance(node.func, ast.Attribute) and not node.args:
+            if (
+                callee in ("double", "cdouble", "cfloat", "chalf")
+                and isinstance(node.func, ast.Attribute)
+                and not node.args
+            ):
                 found.add(_DTYPE_ALIASES[callee])
-            elif _DTYPE_HELPER.match(callee) and "complex" in callee:
+            elif (
+                callee in ("items", "keys", "values")
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and _DTYPE_MAP.match(node.func.value.id)
+            ):
+                found |= set(_EVERY_REFUSABLE)  # the harness's dtype maps hold every dtype
+            elif (
+                _DTYPE_HELPER.match(callee)
+                and "complex" in callee
+                and (id(node) not in loops or builds(loops[id(node)]))
+            ):
                 found |= {"complex64", "complex128"}
     return sorted(found)
 
@@ -145,42 +353,70 @@ class OfflineAgent:
             fn = tools.test_function(test.id)
             if fn is None:
                 answers[test.id] = AgentAnswer(
-                    id=test.id, mode="skip", confidence="low",
+                    id=test.id,
+                    mode="skip",
+                    confidence="low",
                     reason=f"[agent:offline] read {cap_ref}; the test's source is not readable here, so it stays "
-                           "skipped until a reviewer or a run decides",
+                    "skipped until a reviewer or a run decides",
                 )
                 continue
             tools.calls.append(f"read_test_source({test.id})")
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
             if test.op:
                 tools.read_opinfo(test.op)
-            calls = torch_calls(fn)
-            missing = [c for c in calls if c == "torch.cuda" or not tools.supports(c)]
+            calls = torch_calls(fn, test.dtype)
+            missing = [c for c in calls if c == "torch.cuda" or not (tools.supports(c) or kernel_free(c))]
+            gone = missing_host_calls(fn, test.dtype)
             if missing:
                 shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
                 answers[test.id] = AgentAnswer(
-                    id=test.id, mode="skip", confidence="medium",
+                    id=test.id,
+                    mode="skip",
+                    confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls {shown}, which "
-                           f"{tools.caps.device} has no kernel for",
+                    f"{tools.caps.device} has no kernel for",
                 )
-            elif bad := [d for d in body_dtypes(fn) if refused(tools.caps, d)]:
+            elif gone:
                 answers[test.id] = AgentAnswer(
-                    id=test.id, mode="skip", confidence="medium",
+                    id=test.id,
+                    mode="xfail",
+                    confidence="medium",
+                    reason=f"[agent:offline] read {src_ref}: it calls {', '.join(gone)}, which the installed "
+                    "library does not have, so it raises AttributeError on every device",
+                )
+            elif bad := [d for d in body_dtypes(fn, test.dtype) if refused(tools.caps, d)]:
+                answers[test.id] = AgentAnswer(
+                    id=test.id,
+                    mode="skip",
+                    confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: its body builds {', '.join(bad)} "
-                           f"tensors, which {tools.caps.device} refuses",
+                    f"tensors, which {tools.caps.device} refuses",
                 )
             elif calls:
                 shown = ", ".join(calls[:5]) + (" ..." if len(calls) > 5 else "")
+                composite = [c for c in calls if not tools.supports(c)]
+                via = (
+                    (
+                        f"; {', '.join(composite[:5])} need no kernel of their own (they decompose into other aten "
+                        "ops, or are metadata)"
+                    )
+                    if composite
+                    else ""
+                )
                 answers[test.id] = AgentAnswer(
-                    id=test.id, mode="run", confidence="medium",
+                    id=test.id,
+                    mode="run",
+                    confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: every op it calls ({shown}) has a "
-                           f"{tools.caps.device} kernel",
+                    f"{tools.caps.device} kernel{via}",
                 )
             else:
                 answers[test.id] = AgentAnswer(
-                    id=test.id, mode="run", confidence="low",
+                    id=test.id,
+                    mode="run",
+                    confidence="low",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls no operator beyond tensor "
-                           "creation and checks",
+                    "creation and checks",
                 )
         return answers, Usage()
 
@@ -188,14 +424,28 @@ class OfflineAgent:
         """A ModuleInfo test: is the module's functional op among the backend's aten ops?"""
         name = test.op.rsplit(".", 1)[-1]
         op = snake(name)
-        candidates = [f"nn.functional.{op}", f"nn.functional.{name.lower()}", op, name.lower(), f"native_{op}"]
+        candidates = [
+            f"nn.functional.{op}",
+            f"nn.functional.{name.lower()}",
+            op,
+            name.lower(),
+            f"native_{op}",
+        ]
         tools.calls.append(f"read_capabilities(ops={candidates})")
         hit = next((c for c in candidates if tools.supports(c)), None)
         if hit:
             op = hit
-            return AgentAnswer(id=test.id, mode="run", confidence="medium",
-                               reason=f"[agent:offline] read {cap_ref}: module {test.op} computes through {op}, "
-                                      f"which {tools.caps.device} supports")
-        return AgentAnswer(id=test.id, mode="skip", confidence="low",
-                           reason=f"[agent:offline] read {cap_ref}: module {test.op} would need {op} (or its "
-                                  f"functional form), which {tools.caps.device} does not list")
+            return AgentAnswer(
+                id=test.id,
+                mode="run",
+                confidence="medium",
+                reason=f"[agent:offline] read {cap_ref}: module {test.op} computes through {op}, "
+                f"which {tools.caps.device} supports",
+            )
+        return AgentAnswer(
+            id=test.id,
+            mode="skip",
+            confidence="low",
+            reason=f"[agent:offline] read {cap_ref}: module {test.op} would need {op} (or its "
+            f"functional form), which {tools.caps.device} does not list",
+        )

@@ -1,0 +1,175 @@
+"""What the offline agent reads beyond the capability file: the installed torch's dispatcher (an op that
+decomposes, a metadata method), the installed host libraries (a NumPy function that is gone), and which
+dtypes really reach a tensor (branches the test's dtype never takes, dtype queries, code expected to be
+refused, dtype-list loops whose variable builds nothing)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from crcr.contracts.inventory import InventoryTest
+from selector.agent.offline import OfflineAgent, body_dtypes, kernel_free, missing_host_calls
+from selector.agent.tools import Tools
+
+SRC = """
+import numpy as np
+import torch
+from torch.testing._internal.common_dtype import all_types_and_complex_and
+
+
+class TestDispatch(TestCase):
+    def test_composite_and_metadata(self, device):
+        x = torch.tensor([1, 2, 3], device=device)
+        v = torch.vander(x, 3)
+        self.assertEqual(v.ndimension(), 2)
+        x.neg()
+
+    def test_missing_kernel(self, device):
+        x = torch.ones(3, device=device)
+        torch.cholesky_inverse(x)
+
+    def test_gone_from_numpy(self, device, dtype):
+        t = torch.ones(4, device=device)
+        expected = np.asscalar(t.cpu().numpy().sum())
+        self.assertEqual(np.sort(t.cpu().numpy()).sum(), expected)
+
+    def test_branches(self, device, dtype):
+        if dtype is torch.bool:
+            values = [True, False]
+        elif dtype in [torch.cfloat, torch.cdouble]:
+            values = [1 + 1j, 2j]
+        else:
+            values = [1, 2]
+        start = 0.5 + (0.25j if dtype.is_complex else 0)
+        t = torch.tensor(values, dtype=dtype, device=device)
+        t.neg()
+
+    def test_expected_errors_build_nothing(self, device, dtype):
+        self.assertTrue(torch.can_cast(torch.double, torch.float))
+        with self.assertRaisesRegex(RuntimeError, "overflowed"):
+            torch.empty([2 ** 62, 2 ** 62], dtype=torch.float64)
+        a = torch.ones(4, 3, dtype=dtype, device=device)
+        for view_dtype in all_types_and_complex_and(torch.half):
+            if torch._utils._element_size(view_dtype) <= 4:
+                continue
+            with self.assertRaisesRegex(RuntimeError, "divisible"):
+                a.view(view_dtype)
+        self.assertRaises(RuntimeError, lambda: torch.ones(2, dtype=torch.cdouble, device=device))
+
+    def test_dtype_map(self, device, dtype):
+        a = torch.ones(4, 8, dtype=dtype, device=device)
+        views = {value: key for (key, value) in numpy_to_torch_dtype_dict.items()}
+        for view_dtype in views:
+            a.view(view_dtype)
+
+    def test_loop_builds(self, device):
+        for dt in all_types_and_complex_and(torch.half):
+            torch.zeros(2, dtype=dt, device=device).neg()
+"""
+CLS = "TestDispatchPRIVATEUSE1"
+
+
+def _test(method: str, dtype: str | None) -> InventoryTest:
+    name = f"{method}_snpu" + (f"_{dtype}" if dtype else "")
+    return InventoryTest(
+        id=f"test/test_dispatch.py::{CLS}::{name}",
+        file="test/test_dispatch.py",
+        cls=CLS,
+        method=name,
+        template=method,
+        device="snpu",
+        dtype=dtype,
+        fingerprint="f" + name,
+    )
+
+
+@pytest.fixture
+def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_dispatch.py").write_text(SRC, encoding="utf-8")
+    tests = {
+        f"{m}:{d}": _test(m, d)
+        for m, d in (
+            ("test_composite_and_metadata", None),
+            ("test_missing_kernel", None),
+            ("test_gone_from_numpy", "float32"),
+            ("test_branches", "float32"),
+            ("test_branches", "bool"),
+            ("test_expected_errors_build_nothing", "float32"),
+            ("test_loop_builds", None),
+            ("test_dtype_map", "int32"),
+        )
+    }
+    return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
+
+
+def _fn(name: str) -> ast.FunctionDef:
+    cls = next(n for n in ast.parse(SRC).body if isinstance(n, ast.ClassDef))
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _decide(tools: Tools, *tests: InventoryTest):
+    answers, _ = OfflineAgent().decide(list(tests), tools)
+    return [answers[t.id] for t in tests]
+
+
+def test_ops_that_decompose_and_metadata_methods_need_no_kernel_of_their_own(reading):
+    """vander is CompositeImplicitAutograd (it runs as the ops it decomposes into) and ndimension is a
+    C++ Tensor method with no aten op: neither is a missing kernel. A real missing kernel still skips."""
+    tools, tests = reading
+    assert kernel_free("vander") and kernel_free("ndimension") and kernel_free("msort")
+    assert not kernel_free("cholesky_inverse") and not kernel_free("neg") and not kernel_free("cuda")
+    composite, missing = _decide(
+        tools, tests["test_composite_and_metadata:None"], tests["test_missing_kernel:None"]
+    )
+    assert composite.mode == "run" and "vander" in composite.reason and "decompose" in composite.reason
+    assert missing.mode == "skip" and "cholesky_inverse" in missing.reason
+
+
+def test_a_host_function_the_installed_library_lacks_fails_everywhere(reading):
+    """np.asscalar is gone from NumPy (>= 1.23): the test raises AttributeError on every device, so it is
+    xfail, with the function named; np.sort, which exists, is no such call."""
+    tools, tests = reading
+    assert missing_host_calls(_fn("test_gone_from_numpy")) == ["np.asscalar"]
+    (gone,) = _decide(tools, tests["test_gone_from_numpy:float32"])
+    assert gone.mode == "xfail" and "np.asscalar" in gone.reason and "every device" in gone.reason
+
+
+def test_branches_the_tests_dtype_never_takes_build_nothing(reading):
+    """A complex literal under `elif dtype in [torch.cfloat, torch.cdouble]` or `x if dtype.is_complex else
+    y` is built only by the complex instances of the template."""
+    tools, tests = reading
+    fn = _fn("test_branches")
+    assert body_dtypes(fn, "float32") == []
+    assert body_dtypes(fn, "bool") == []
+    assert "complex64" in body_dtypes(fn, "complex64")
+    assert "complex64" in body_dtypes(fn)  # dtype unknown: every branch counts, as before
+    for key in ("test_branches:float32", "test_branches:bool"):
+        (answer,) = _decide(tools, tests[key])
+        assert answer.mode == "run", answer.reason
+
+
+def test_dtype_queries_expected_errors_and_idle_dtype_loops_build_nothing(reading):
+    """torch.can_cast reads dtypes, code under assertRaises is written to fail the op's argument checks,
+    and a dtype-list loop whose variable only reaches those places builds no complex tensor; a loop whose
+    variable reaches a factory's dtype= does."""
+    tools, tests = reading
+    refused = {"float64", "complex64", "complex128"}
+    assert not refused & set(body_dtypes(_fn("test_expected_errors_build_nothing"), "float32"))
+    assert {"complex64", "complex128"} <= set(body_dtypes(_fn("test_loop_builds")))
+    idle, loop = _decide(
+        tools, tests["test_expected_errors_build_nothing:float32"], tests["test_loop_builds:None"]
+    )
+    assert idle.mode == "run", idle.reason
+    assert loop.mode == "skip" and "complex" in loop.reason
+
+
+def test_iterating_a_harness_dtype_map_builds_every_dtype_it_maps(reading):
+    """numpy_to_torch_dtype_dict maps float64 and complex dtypes too: views into each are refused."""
+    tools, tests = reading
+    assert {"float64", "complex128"} <= set(body_dtypes(_fn("test_dtype_map"), "int32"))
+    (answer,) = _decide(tools, tests["test_dtype_map:int32"])
+    assert answer.mode == "skip" and "float64" in answer.reason
