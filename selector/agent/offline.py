@@ -278,6 +278,36 @@ def _inert(fn: ast.FunctionDef) -> set[int]:
     return inert
 
 
+# Factories whose result takes the default dtype when no dtype= is given (``torch.tensor`` and the
+# like only for a Python float: an int or bool literal makes an integer or bool tensor).
+_DEFAULT_FLOAT = frozenset("rand randn ones zeros empty linspace logspace eye scalar_tensor".split())
+_DEFAULT_IF_FLOAT = frozenset("tensor as_tensor arange full".split())
+
+
+def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None) -> bool:
+    """Whether the body builds a device tensor in the default dtype: a float factory with ``device=``
+    and no ``dtype=`` (``torch.ones(3, device=device)``, ``torch.tensor(2.5, device=device)``)."""
+    inert = _inert(fn)
+    for node in _body_nodes(fn, dtype):
+        if id(node) in inert or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
+            continue
+        keys = {k.arg for k in node.keywords}
+        if "device" not in keys or "dtype" in keys:
+            continue
+        if node.func.attr in _DEFAULT_FLOAT or (
+            node.func.attr in _DEFAULT_IF_FLOAT
+            and any(
+                isinstance(c, ast.Constant) and isinstance(c.value, float)
+                for a in node.args
+                for c in ast.walk(a)
+            )
+        ):
+            return True
+    return False
+
+
 def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
     """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
     ``all_types_and_complex_and(...)`` (complex64 and complex128), a harness dtype map iterated
@@ -384,13 +414,18 @@ class OfflineAgent:
                     reason=f"[agent:offline] read {src_ref}: it calls {', '.join(gone)}, which the installed "
                     "library does not have, so it raises AttributeError on every device",
                 )
-            elif bad := [d for d in body_dtypes(fn, test.dtype) if refused(tools.caps, d)]:
+            elif bad := [d for d in self._built(fn, test, tools) if refused(tools.caps, d)]:
                 answers[test.id] = AgentAnswer(
                     id=test.id,
                     mode="skip",
                     confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: its body builds {', '.join(bad)} "
-                    f"tensors, which {tools.caps.device} refuses",
+                    f"tensors, which {tools.caps.device} refuses"
+                    + (
+                        f" ({tools.default_dtype(test.id)} is the default dtype its module or decorators set)"
+                        if tools.default_dtype(test.id) in bad
+                        else ""
+                    ),
                 )
             elif calls:
                 shown = ", ".join(calls[:5]) + (" ..." if len(calls) > 5 else "")
@@ -419,6 +454,16 @@ class OfflineAgent:
                     "creation and checks",
                 )
         return answers, Usage()
+
+    @staticmethod
+    def _built(fn: ast.FunctionDef, test: InventoryTest, tools: Tools) -> list[str]:
+        """Dtypes the body builds by name, and the default dtype its module or decorators set where the
+        body builds tensors in the default dtype."""
+        built = body_dtypes(fn, test.dtype)
+        default = tools.default_dtype(test.id)
+        if default and default not in built and default_dtype_builds(fn, test.dtype):
+            built.append(default)
+        return built
 
     def _module(self, test: InventoryTest, tools: Tools, cap_ref: str) -> AgentAnswer:
         """A ModuleInfo test: is the module's functional op among the backend's aten ops?"""

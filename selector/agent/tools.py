@@ -36,7 +36,9 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "description": "The backend's capability file: dtypes, features, limits, and whether given ops have kernels.",
         "input_schema": {
             "type": "object",
-            "properties": {"ops": {"type": "array", "items": {"type": "string"}, "description": "op names to look up"}},
+            "properties": {
+                "ops": {"type": "array", "items": {"type": "string"}, "description": "op names to look up"}
+            },
         },
     },
     {
@@ -54,8 +56,13 @@ def _bounded(text: str) -> str:
 class Tools:
     """The read-only tool set, shared by every agent."""
 
-    def __init__(self, caps: Capabilities, tests: dict[str, InventoryTest], source_root: Path | None = None,
-                 torch_sources: TorchSources | None = None) -> None:
+    def __init__(
+        self,
+        caps: Capabilities,
+        tests: dict[str, InventoryTest],
+        source_root: Path | None = None,
+        torch_sources: TorchSources | None = None,
+    ) -> None:
         self.caps = caps
         self.tests = tests
         self.source_root = source_root.resolve() if source_root else None
@@ -106,7 +113,9 @@ class Tools:
             return self.read_test_source(args["test_id"]) or "error: no source available for that test id"
         if name == "read_capabilities":
             ops = args.get("ops")
-            return self.read_capabilities([o for o in ops if isinstance(o, str)] if isinstance(ops, list) else None)
+            return self.read_capabilities(
+                [o for o in ops if isinstance(o, str)] if isinstance(ops, list) else None
+            )
         if name == "read_opinfo" and isinstance(args.get("op"), str):
             return self.read_opinfo(args["op"]) or "error: no OpInfo entry with that name"
         return f"error: unknown tool or bad arguments for {name!r}"
@@ -126,8 +135,35 @@ class Tools:
             for node in ast.walk(stmt):
                 if isinstance(node, ast.Compare):
                     compared |= {id(n) for n in ast.walk(node)}
-        return any(isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in compared
-                   for stmt in found[0].body for n in ast.walk(stmt))
+        return any(
+            isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in compared
+            for stmt in found[0].body
+            for n in ast.walk(stmt)
+        )
+
+    def default_dtype(self, test_id: str) -> str | None:
+        """The default dtype the test's body runs under when its module or a decorator sets one:
+        ``torch.set_default_dtype(torch.double)`` at module level, ``@set_default_dtype(torch.double)``,
+        or a decorator the module defines that calls it (``@float_double_default_dtype``, which runs the
+        body under float and then under double: the widest is what the device must hold). None when
+        nothing sets it (torch's float32) or without source."""
+        found = self._test_node(test_id)
+        test = self.tests.get(test_id)
+        if found is None or test is None or self.source_root is None:
+            return None
+        parsed = self._tree(str((self.source_root / test.file).resolve()))
+        if parsed is None:
+            return None
+        tree = parsed[0]
+        helpers = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        sets: list[str] = [d for stmt in tree.body if isinstance(stmt, ast.Expr) for d in _sets_default(stmt)]
+        for dec in found[0].decorator_list:
+            sets += _sets_default(dec, call_itself=True)
+            name = dec.id if isinstance(dec, ast.Name) else getattr(dec, "attr", None)
+            if name in helpers:
+                sets += _sets_default(helpers[name])
+        order = ["float16", "bfloat16", "float32", "float64"]
+        return max(sets, key=order.index) if sets else None
 
     def op_attributes(self, test_id: str) -> tuple[str, ...]:
         """The OpInfo attributes the test's template reads off its ``op`` argument (``op.domain``...)."""
@@ -138,8 +174,11 @@ class Tools:
         params = {a.arg for a in node.args.args}
         if "op" not in params:
             return ()
-        names = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
-                 and isinstance(n.value, ast.Name) and n.value.id == "op"}
+        names = {
+            n.attr
+            for n in ast.walk(node)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "op"
+        }
         return tuple(sorted(names))
 
     def _test_node(self, test_id: str) -> tuple[ast.FunctionDef, str] | None:
@@ -181,3 +220,34 @@ class Tools:
             except (OSError, SyntaxError, ValueError):
                 self._trees[path] = None
         return self._trees[path]
+
+
+_DEFAULT_DTYPES = {
+    "double": "float64",
+    "float64": "float64",
+    "float": "float32",
+    "float32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+}
+
+
+def _sets_default(node: ast.AST, call_itself: bool = False) -> list[str]:
+    """Dtypes ``set_default_dtype(torch.X)`` calls under ``node`` set (``call_itself``: ``node`` is a
+    decorator expression, ``@set_default_dtype(torch.double)``)."""
+    out: list[str] = []
+    for n in [node] if call_itself else ast.walk(node):
+        if not (isinstance(n, ast.Call) and n.args):
+            continue
+        name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+        arg = n.args[0]
+        if (
+            name == "set_default_dtype"
+            and isinstance(arg, ast.Attribute)
+            and isinstance(arg.value, ast.Name)
+            and arg.value.id == "torch"
+            and arg.attr in _DEFAULT_DTYPES
+        ):
+            out.append(_DEFAULT_DTYPES[arg.attr])
+    return out

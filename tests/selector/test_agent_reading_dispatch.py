@@ -173,3 +173,74 @@ def test_iterating_a_harness_dtype_map_builds_every_dtype_it_maps(reading):
     assert {"float64", "complex128"} <= set(body_dtypes(_fn("test_dtype_map"), "int32"))
     (answer,) = _decide(tools, tests["test_dtype_map:int32"])
     assert answer.mode == "skip" and "float64" in answer.reason
+
+
+DEFAULTS_SRC = """
+from functools import wraps
+
+import torch
+from torch.testing._internal.common_utils import set_default_dtype
+
+
+def float_double_default_dtype(fn):
+    @wraps(fn)
+    def wrapped_fn(*args, **kwargs):
+        torch.set_default_dtype(torch.float)
+        fn(*args, **kwargs)
+        torch.set_default_dtype(torch.double)
+        fn(*args, **kwargs)
+    return wrapped_fn
+
+
+class TestDefaults(TestCase):
+    @float_double_default_dtype
+    def test_default_float(self, device):
+        t = torch.tensor(2.5, device=device)
+        t.neg()
+
+    @float_double_default_dtype
+    def test_explicit_dtypes(self, device):
+        t = torch.ones(3, dtype=torch.int32, device=device) + torch.tensor([1], device=device)
+        t.neg()
+
+    @set_default_dtype(torch.double)
+    def test_decorator_call(self, device):
+        torch.randn(3, device=device).neg()
+
+    def test_no_default_set(self, device):
+        torch.ones(3, device=device).neg()
+"""
+
+
+def test_a_default_dtype_the_module_or_decorators_set_reaches_default_tensors(tmp_path: Path, caps):
+    """Under a decorator that sets float64 as the default dtype, a device tensor built from a Python
+    float (or a float factory) without dtype= is float64: refused. Tensors with explicit dtypes, and
+    tests nothing sets a default for, are not."""
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_defaults.py").write_text(DEFAULTS_SRC, encoding="utf-8")
+    cls = "TestDefaultsPRIVATEUSE1"
+    tests = {
+        m: InventoryTest(
+            id=f"test/test_defaults.py::{cls}::{m}_snpu",
+            file="test/test_defaults.py",
+            cls=cls,
+            method=f"{m}_snpu",
+            template=m,
+            device="snpu",
+            dtype=None,
+            fingerprint=m,
+        )
+        for m in ("test_default_float", "test_explicit_dtypes", "test_decorator_call", "test_no_default_set")
+    }
+    tools = Tools(caps, {t.id: t for t in tests.values()}, tmp_path)
+    assert tools.default_dtype(tests["test_default_float"].id) == "float64"
+    assert tools.default_dtype(tests["test_decorator_call"].id) == "float64"
+    assert tools.default_dtype(tests["test_no_default_set"].id) is None
+    answers = dict(zip(tests, _decide(tools, *tests.values()), strict=True))
+    assert (
+        answers["test_default_float"].mode == "skip"
+        and "default dtype" in answers["test_default_float"].reason
+    )
+    assert answers["test_decorator_call"].mode == "skip"
+    assert answers["test_explicit_dtypes"].mode == "run"
+    assert answers["test_no_default_set"].mode == "run"
