@@ -395,7 +395,9 @@ class OfflineAgent:
             if test.op:
                 tools.read_opinfo(test.op)
             calls = torch_calls(fn, test.dtype)
-            missing = [c for c in calls if c == "torch.cuda" or not (tools.supports(c) or kernel_free(c))]
+            missing = [
+                c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))
+            ]
             gone = missing_host_calls(fn, test.dtype)
             if missing:
                 shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
@@ -454,6 +456,12 @@ class OfflineAgent:
                     "creation and checks",
                 )
         return answers, Usage()
+
+    @staticmethod
+    def _decomposes(name: str, tools: Tools) -> bool:
+        """An op with no kernel of its own runs as what it decomposes into (:func:`kernel_free`), unless the
+        capability sweep ran its samples and they failed: then what it decomposes into is missing."""
+        return kernel_free(name) and not any(name in failed for failed in tools.caps.opinfo_failures.values())
 
     @staticmethod
     def _built(fn: ast.FunctionDef, test: InventoryTest, tools: Tools) -> list[str]:
