@@ -243,7 +243,7 @@ _DTYPE_MAP = re.compile(r"^\w*dtype\w*_dict$")
 _EVERY_REFUSABLE = ("float64", "complex64", "complex128")
 
 # Functions that read dtypes without building a tensor: ``torch.can_cast(torch.double, torch.float)``.
-_DTYPE_QUERIES = frozenset("can_cast promote_types finfo iinfo _element_size element_size".split())
+_DTYPE_QUERIES = frozenset("can_cast finfo iinfo _element_size element_size".split())
 
 
 def _is_raises(call: ast.AST) -> bool:
@@ -256,21 +256,30 @@ def _is_raises(call: ast.AST) -> bool:
     )
 
 
-def _inert(fn: ast.FunctionDef) -> set[int]:
+# A dtype's own properties: reading them builds nothing (``if dtype.is_floating_point:``).
+_DTYPE_FLAGS = frozenset("is_complex is_floating_point is_signed itemsize".split())
+
+
+def inert_nodes(fn: ast.FunctionDef, raising: bool = True) -> set[int]:
     """Nodes whose dtypes build no tensor on the device: compared names (``if dtype == torch.double``),
-    arguments of dtype queries (``torch.can_cast(torch.double, torch.float)``), and code a test expects to
-    be refused (``with self.assertRaises(...)`` blocks, ``self.assertRaises(E, lambda: ...)``): upstream
-    writes those calls to fail the op's own argument checks, before anything is computed."""
+    arguments of dtype queries (``torch.can_cast(torch.double, torch.float)``, ``torch.finfo(dtype)``), a
+    dtype's own flags (``dtype.is_complex``), and (``raising``) code a test expects to be refused (``with
+    self.assertRaises(...)`` blocks, ``self.assertRaises(E, lambda: ...)``): upstream writes those calls to
+    fail the op's own argument checks, before anything is computed."""
     inert: set[int] = set()
     for stmt in fn.body:
         for node in ast.walk(stmt):
             if isinstance(node, ast.Compare):
                 inert |= {id(n) for n in ast.walk(node)}
+            elif isinstance(node, ast.Attribute) and node.attr in _DTYPE_FLAGS:
+                inert.add(id(node.value))
             elif isinstance(node, ast.Call) and (
                 (node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", ""))
                 in _DTYPE_QUERIES
             ):
                 inert |= {id(n) for a in (*node.args, *node.keywords) for n in ast.walk(a)}
+            elif not raising:
+                continue
             elif isinstance(node, ast.With) and any(_is_raises(item.context_expr) for item in node.items):
                 inert |= {id(n) for b in node.body for n in ast.walk(b)}
             elif _is_raises(node):
@@ -287,7 +296,7 @@ _DEFAULT_IF_FLOAT = frozenset("tensor as_tensor arange full".split())
 def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None) -> bool:
     """Whether the body builds a device tensor in the default dtype: a float factory with ``device=``
     and no ``dtype=`` (``torch.ones(3, device=device)``, ``torch.tensor(2.5, device=device)``)."""
-    inert = _inert(fn)
+    inert = inert_nodes(fn)
     for node in _body_nodes(fn, dtype):
         if id(node) in inert or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
@@ -312,10 +321,10 @@ def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
     """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
     ``all_types_and_complex_and(...)`` (complex64 and complex128), a harness dtype map iterated
     (``numpy_to_torch_dtype_dict.items()``: float64 and complex too). Names that build nothing are left
-    out: compared ones, dtype queries' arguments, code expected to be refused (:func:`_inert`), branches
+    out: compared ones, dtype queries' arguments, code expected to be refused (:func:`inert_nodes`), branches
     the test's ``dtype`` never takes, and a dtype-list loop (``for v in all_types_and_complex_and(...)``)
     whose variable only reaches such places."""
-    inert = _inert(fn)
+    inert = inert_nodes(fn)
     loops: dict[int, str] = {}
     for stmt in fn.body:
         for node in ast.walk(stmt):

@@ -126,17 +126,16 @@ class Tools:
 
     def dtype_reaches(self, test: InventoryTest) -> bool | None:
         """Whether the test's ``dtype`` argument can reach a tensor: False when the body never reads it
-        or only compares it (``if dtype == torch.half: return``); None without source or argument."""
+        or only compares it (``if dtype == torch.half: return``), asks about it (``torch.finfo(dtype)``,
+        ``dtype.is_floating_point``); None without source or argument."""
+        from selector.agent.offline import inert_nodes  # the agent's reading, one definition
+
         found = self._test_node(test.id)
         if found is None or "dtype" not in {a.arg for a in found[0].args.args}:
             return None
-        compared: set[int] = set()
-        for stmt in found[0].body:
-            for node in ast.walk(stmt):
-                if isinstance(node, ast.Compare):
-                    compared |= {id(n) for n in ast.walk(node)}
+        inert = inert_nodes(found[0], raising=False)
         return any(
-            isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in compared
+            isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in inert
             for stmt in found[0].body
             for n in ast.walk(stmt)
         )

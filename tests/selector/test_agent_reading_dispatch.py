@@ -14,6 +14,7 @@ import pytest
 from crcr.contracts.inventory import InventoryTest
 from selector.agent.offline import OfflineAgent, body_dtypes, kernel_free, missing_host_calls
 from selector.agent.tools import Tools
+from selector.rules import RuleContext, classify
 
 SRC = """
 import numpy as np
@@ -66,6 +67,11 @@ class TestDispatch(TestCase):
         for view_dtype in views:
             a.view(view_dtype)
 
+    def test_dtype_only_asked_about(self, device, dtype):
+        info = torch.finfo(dtype) if dtype.is_floating_point else torch.iinfo(dtype)
+        self.assertGreater(info.max, 0)
+        torch.ones(3, device=device).neg()
+
     def test_loop_builds(self, device):
         for dt in all_types_and_complex_and(torch.half):
             torch.zeros(2, dtype=dt, device=device).neg()
@@ -102,6 +108,7 @@ def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
             ("test_expected_errors_build_nothing", "float32"),
             ("test_loop_builds", None),
             ("test_dtype_map", "int32"),
+            ("test_dtype_only_asked_about", "float64"),
         )
     }
     return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
@@ -253,3 +260,14 @@ def test_a_default_dtype_the_module_or_decorators_set_reaches_default_tensors(tm
     assert answers["test_decorator_call"].mode == "skip"
     assert answers["test_explicit_dtypes"].mode == "run"
     assert answers["test_no_default_set"].mode == "run"
+
+
+def test_a_dtype_only_asked_about_reaches_no_tensor(reading, caps):
+    """torch.finfo(dtype) and dtype.is_floating_point read the dtype on the host: the dtype rule leaves the
+    float64 instance to the agent, which runs it (it builds float32 tensors only)."""
+    tools, tests = reading
+    test = tests["test_dtype_only_asked_about:float64"]
+    assert tools.dtype_reaches(test) is False
+    assert classify(test, RuleContext(caps, None, dtype_reaches=tools.dtype_reaches)) is None
+    (answer,) = _decide(tools, test)
+    assert answer.mode == "run", answer.reason
