@@ -57,27 +57,27 @@ def snake(name: str) -> str:
     return re.sub(r"_(\d)", r"\1", out)
 
 
-def _body_nodes(fn: ast.FunctionDef, dtype: str | None = None):
+def _body_nodes(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None):
     """The nodes of the test's body: its decorators (``@dtypes(*get_all_dtypes())``) and default
     arguments are evaluated when the class is built, never on the device. With the test's ``dtype``,
     the branches that dtype never takes (``if dtype.is_complex: ...``, ``x if dtype in (torch.cfloat,)
     else y``) are left out: their code never runs in this test."""
     for stmt in fn.body:
-        yield from _live(stmt, dtype)
+        yield from _live(stmt, dtype, device)
 
 
-def _live(node: ast.AST, dtype: str | None):
+def _live(node: ast.AST, dtype: str | None, device: str | None = None):
     yield node
     if isinstance(node, (ast.If, ast.IfExp)):
-        taken = _dtype_truth(node.test, dtype)
-        yield from _live(node.test, dtype)
+        taken = _truth(node.test, dtype, device)
+        yield from _live(node.test, dtype, device)
         for branch, when in ((node.body, True), (node.orelse, False)):
             if taken is None or taken is when:
                 for child in branch if isinstance(branch, list) else [branch]:
-                    yield from _live(child, dtype)
+                    yield from _live(child, dtype, device)
         return
     for child in ast.iter_child_nodes(node):
-        yield from _live(child, dtype)
+        yield from _live(child, dtype, device)
 
 
 def _dtype_name(node: ast.AST) -> str | None:
@@ -85,6 +85,85 @@ def _dtype_name(node: ast.AST) -> str | None:
     if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
         name = _DTYPE_ALIASES.get(node.attr, node.attr)
         return name if _DTYPE_NAME.match(name) else None
+    return None
+
+
+def _truth(test: ast.AST, dtype: str | None, device: str | None) -> bool | None:
+    """The value of a branch condition from what is known of the test: its dtype (:func:`_dtype_truth`)
+    or its device type (:func:`_device_truth`), with ``not``/``and``/``or`` over both; None otherwise."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        value = _truth(test.operand, dtype, device)
+        return None if value is None else not value
+    if isinstance(test, ast.BoolOp):
+        values = [_truth(v, dtype, device) for v in test.values]
+        decisive = isinstance(test.op, ast.Or)
+        if decisive in values:
+            return decisive
+        return (not decisive) if all(v is not None for v in values) else None
+    value = _dtype_truth(test, dtype)
+    return value if value is not None else _device_truth(test, device)
+
+
+def _is_device_expr(node: ast.AST) -> bool:
+    """``self.device_type``, ``device``, ``device.type``, ``torch.device(device).type``."""
+    if isinstance(node, ast.Attribute) and node.attr == "device_type":
+        return isinstance(node.value, ast.Name) and node.value.id == "self"
+    if isinstance(node, ast.Name):
+        return node.id in ("device", "device_type")
+    if isinstance(node, ast.Attribute) and node.attr == "type":
+        inner = node.value
+        return (isinstance(inner, ast.Name) and inner.id == "device") or (
+            isinstance(inner, ast.Call)
+            and ast.unparse(inner.func) == "torch.device"
+            and len(inner.args) == 1
+            and isinstance(inner.args[0], ast.Name)
+            and inner.args[0].id == "device"
+        )
+    return False
+
+
+def _device_truth(test: ast.AST, device: str | None) -> bool | None:
+    """The value of a condition on the test's device type alone (``self.device_type == 'cuda'``,
+    ``device == 'cpu'``, ``'cuda' in device``, ``self.device_type in ['cpu', 'cuda']``,
+    ``device.startswith('cuda')``) for the device under test; None when it reads anything else."""
+    if device is None:
+        return None
+    strings = lambda n: (  # noqa: E731
+        [n.value]
+        if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        else [e.value for e in n.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+        if isinstance(n, (ast.List, ast.Tuple, ast.Set))
+        and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in n.elts)
+        else None
+    )
+    if isinstance(test, ast.Compare) and len(test.ops) == 1:
+        left, op, right = test.left, test.ops[0], test.comparators[0]
+        if _is_device_expr(left) and (names := strings(right)) is not None:
+            kind = device.split(":")[0]
+            if (
+                isinstance(op, (ast.Eq, ast.Is, ast.NotEq, ast.IsNot))
+                and len(names) == 1
+                and isinstance(right, ast.Constant)
+            ):
+                return (names[0].split(":")[0] == kind) is isinstance(op, (ast.Eq, ast.Is))
+            if isinstance(op, (ast.In, ast.NotIn)) and not isinstance(right, ast.Constant):
+                return (kind in [n.split(":")[0] for n in names]) is isinstance(op, ast.In)
+        if (
+            isinstance(left, ast.Constant)
+            and isinstance(left.value, str)
+            and isinstance(op, (ast.In, ast.NotIn))
+            and _is_device_expr(right)
+        ):
+            return (left.value in device) is isinstance(op, ast.In)
+    if (
+        isinstance(test, ast.Call)
+        and isinstance(test.func, ast.Attribute)
+        and test.func.attr == "startswith"
+        and _is_device_expr(test.func.value)
+        and len(test.args) == 1
+        and (names := strings(test.args[0]))
+    ):
+        return any(device.startswith(n) for n in names)
     return None
 
 
@@ -121,10 +200,10 @@ def _dtype_truth(test: ast.AST, dtype: str | None) -> bool | None:
     return None
 
 
-def torch_calls(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
+def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
     """Operator names a test's body calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
     found: list[str] = []
-    for node in _body_nodes(fn, dtype):
+    for node in _body_nodes(fn, dtype, device):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
         attr = node.func.attr
@@ -197,12 +276,12 @@ def _host_module(name: str) -> object | None:
         return None
 
 
-def missing_host_calls(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
+def missing_host_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
     """Functions of a host library (NumPy, the standard library) the body calls and the installed
     library does not have (``np.msort``, gone from NumPy 2): the call raises ``AttributeError`` on
     every device. A library that does not import here is not judged."""
     found: set[str] = set()
-    for node in _body_nodes(fn, dtype):
+    for node in _body_nodes(fn, dtype, device):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         chain: list[str] = []
@@ -293,11 +372,11 @@ _DEFAULT_FLOAT = frozenset("rand randn ones zeros empty linspace logspace eye sc
 _DEFAULT_IF_FLOAT = frozenset("tensor as_tensor arange full".split())
 
 
-def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None) -> bool:
+def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool:
     """Whether the body builds a device tensor in the default dtype: a float factory with ``device=``
     and no ``dtype=`` (``torch.ones(3, device=device)``, ``torch.tensor(2.5, device=device)``)."""
     inert = inert_nodes(fn)
-    for node in _body_nodes(fn, dtype):
+    for node in _body_nodes(fn, dtype, device):
         if id(node) in inert or not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
             continue
         if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"):
@@ -317,7 +396,7 @@ def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None) -> bool:
     return False
 
 
-def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
+def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
     """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
     ``all_types_and_complex_and(...)`` (complex64 and complex128), a harness dtype map iterated
     (``numpy_to_torch_dtype_dict.items()``: float64 and complex too). Names that build nothing are left
@@ -334,11 +413,11 @@ def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None) -> list[str]:
     def builds(var: str) -> bool:
         return any(
             isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load) and id(n) not in inert
-            for n in _body_nodes(fn, dtype)
+            for n in _body_nodes(fn, dtype, device)
         )
 
     found: set[str] = set()
-    for node in _body_nodes(fn, dtype):
+    for node in _body_nodes(fn, dtype, device):
         if id(node) in inert:
             continue
         if isinstance(node, ast.Constant) and isinstance(node.value, complex):
@@ -403,11 +482,11 @@ class OfflineAgent:
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
             if test.op:
                 tools.read_opinfo(test.op)
-            calls = torch_calls(fn, test.dtype)
+            calls = torch_calls(fn, test.dtype, test.device)
             missing = [
                 c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))
             ]
-            gone = missing_host_calls(fn, test.dtype)
+            gone = missing_host_calls(fn, test.dtype, test.device)
             if missing:
                 shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
                 answers[test.id] = AgentAnswer(
@@ -476,9 +555,9 @@ class OfflineAgent:
     def _built(fn: ast.FunctionDef, test: InventoryTest, tools: Tools) -> list[str]:
         """Dtypes the body builds by name, and the default dtype its module or decorators set where the
         body builds tensors in the default dtype."""
-        built = body_dtypes(fn, test.dtype)
+        built = body_dtypes(fn, test.dtype, test.device)
         default = tools.default_dtype(test.id)
-        if default and default not in built and default_dtype_builds(fn, test.dtype):
+        if default and default not in built and default_dtype_builds(fn, test.dtype, test.device):
             built.append(default)
         return built
 

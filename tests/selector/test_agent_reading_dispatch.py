@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from crcr.contracts.inventory import InventoryTest
-from selector.agent.offline import OfflineAgent, body_dtypes, kernel_free, missing_host_calls
+from selector.agent.offline import OfflineAgent, body_dtypes, kernel_free, missing_host_calls, torch_calls
 from selector.agent.tools import Tools
 from selector.rules import RuleContext, classify
 
@@ -72,6 +72,16 @@ class TestDispatch(TestCase):
         self.assertGreater(info.max, 0)
         torch.ones(3, device=device).neg()
 
+    def test_device_branches(self, device):
+        x = torch.ones(3, device=device)
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+        if "cuda" in device or torch.device(device).type in ("cpu", "mps"):
+            torch.cholesky_inverse(x)
+        elif not device.startswith("cpu"):
+            x.neg()
+        y = x.double() if self.device_type == "cpu" else x
+
     def test_loop_builds(self, device):
         for dt in all_types_and_complex_and(torch.half):
             torch.zeros(2, dtype=dt, device=device).neg()
@@ -109,6 +119,7 @@ def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
             ("test_loop_builds", None),
             ("test_dtype_map", "int32"),
             ("test_dtype_only_asked_about", "float64"),
+            ("test_device_branches", None),
         )
     }
     return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
@@ -269,5 +280,18 @@ def test_a_dtype_only_asked_about_reaches_no_tensor(reading, caps):
     test = tests["test_dtype_only_asked_about:float64"]
     assert tools.dtype_reaches(test) is False
     assert classify(test, RuleContext(caps, None, dtype_reaches=tools.dtype_reaches)) is None
+    (answer,) = _decide(tools, test)
+    assert answer.mode == "run", answer.reason
+
+
+def test_branches_the_device_under_test_never_takes_are_not_read(reading):
+    """`if self.device_type == 'cuda': torch.cuda.synchronize()`, a CPU-only branch calling an op snpu lacks,
+    and a float64 cast on the CPU only: none of it runs on snpu, so none of it decides."""
+    tools, tests = reading
+    test = tests["test_device_branches:None"]
+    fn = _fn("test_device_branches")
+    assert torch_calls(fn, None, "snpu") == ["neg"]
+    assert body_dtypes(fn, None, "snpu") == []
+    assert "cholesky_inverse" in torch_calls(fn, None, "cpu")  # the CPU takes those branches
     (answer,) = _decide(tools, test)
     assert answer.mode == "run", answer.reason
