@@ -521,10 +521,8 @@ class OfflineAgent:
                 shown = ", ".join(calls[:5]) + (" ..." if len(calls) > 5 else "")
                 composite = [c for c in calls if not tools.supports(c)]
                 via = (
-                    (
-                        f"; {', '.join(composite[:5])} need no kernel of their own (they decompose into other aten "
-                        "ops, or are metadata)"
-                    )
+                    f" (none needed of its own for {', '.join(composite[:5])}: torch decomposes it into other "
+                    "aten ops, or it only reads metadata)"
                     if composite
                     else ""
                 )
