@@ -396,14 +396,44 @@ def default_dtype_builds(fn: ast.FunctionDef, dtype: str | None = None, device: 
     return False
 
 
+_FACTORIES = _DEFAULT_FLOAT | _DEFAULT_IF_FLOAT | frozenset("empty_strided randint randperm full".split())
+
+
+def _cpu_factory_dtypes(fn: ast.FunctionDef) -> set[int]:
+    """Nodes of the ``dtype=`` of ``torch.<factory>(...)`` calls with no ``device=`` whose result is not
+    moved on by a method (``.to(device)``): those tensors are built on the CPU."""
+    receivers = {id(n.value) for stmt in fn.body for n in ast.walk(stmt) if isinstance(n, ast.Attribute)}
+    out: set[int] = set()
+    for stmt in fn.body:
+        for node in ast.walk(stmt):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "torch"
+                and node.func.attr in _FACTORIES
+                and id(node) not in receivers
+            ):
+                continue
+            keys = {k.arg: k.value for k in node.keywords}
+            if "device" not in keys and None not in keys and "dtype" in keys:
+                out |= {id(n) for n in ast.walk(keys["dtype"])}
+    return out
+
+
 def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
     """Dtypes the body builds tensors in by name: ``torch.double``, ``x.cdouble()``, ``5j`` (complex64),
     ``all_types_and_complex_and(...)`` (complex64 and complex128), a harness dtype map iterated
     (``numpy_to_torch_dtype_dict.items()``: float64 and complex too). Names that build nothing are left
     out: compared ones, dtype queries' arguments, code expected to be refused (:func:`inert_nodes`), branches
     the test's ``dtype`` never takes, and a dtype-list loop (``for v in all_types_and_complex_and(...)``)
-    whose variable only reaches such places."""
-    inert = inert_nodes(fn)
+    whose variable only reaches such places. Code expected to be refused counts as building nothing only
+    for such a loop's variable (``for v in ...: with self.assertRaises(...): a.view(v)``): a dtype named
+    directly in it (``x.double()`` to provoke a dtype mismatch) is refused by the device first. A factory
+    without ``device=`` whose result is not moved on (``torch.empty(n, dtype=torch.float64)``) builds a CPU
+    tensor: its dtype does not reach the device."""
+    inert = inert_nodes(fn, raising=False) | _cpu_factory_dtypes(fn)
+    loop_inert = inert | inert_nodes(fn)
     loops: dict[int, str] = {}
     for stmt in fn.body:
         for node in ast.walk(stmt):
@@ -412,7 +442,10 @@ def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
 
     def builds(var: str) -> bool:
         return any(
-            isinstance(n, ast.Name) and n.id == var and isinstance(n.ctx, ast.Load) and id(n) not in inert
+            isinstance(n, ast.Name)
+            and n.id == var
+            and isinstance(n.ctx, ast.Load)
+            and id(n) not in loop_inert
             for n in _body_nodes(fn, dtype, device)
         )
 

@@ -59,7 +59,17 @@ class TestDispatch(TestCase):
                 continue
             with self.assertRaisesRegex(RuntimeError, "divisible"):
                 a.view(view_dtype)
-        self.assertRaises(RuntimeError, lambda: torch.ones(2, dtype=torch.cdouble, device=device))
+        host = torch.zeros(3, dtype=torch.float64)
+        self.assertEqual(host.sum().item(), 0)
+
+    def test_dtype_mismatch_provoked(self, device):
+        x = torch.ones(2, 2, device=device)
+        with self.assertRaisesRegex(RuntimeError, "same dtype"):
+            torch.mm(x, x.double())
+
+    def test_cpu_tensor_moved(self, device):
+        x = torch.zeros(3, dtype=torch.float64).to(device)
+        x.neg()
 
     def test_dtype_map(self, device, dtype):
         a = torch.ones(4, 8, dtype=dtype, device=device)
@@ -120,6 +130,8 @@ def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
             ("test_dtype_map", "int32"),
             ("test_dtype_only_asked_about", "float64"),
             ("test_device_branches", None),
+            ("test_dtype_mismatch_provoked", None),
+            ("test_cpu_tensor_moved", None),
         )
     }
     return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
@@ -180,9 +192,9 @@ def test_branches_the_tests_dtype_never_takes_build_nothing(reading):
 
 
 def test_dtype_queries_expected_errors_and_idle_dtype_loops_build_nothing(reading):
-    """torch.can_cast reads dtypes, code under assertRaises is written to fail the op's argument checks,
-    and a dtype-list loop whose variable only reaches those places builds no complex tensor; a loop whose
-    variable reaches a factory's dtype= does."""
+    """torch.can_cast reads dtypes, a factory without device= builds on the CPU, and a dtype-list loop whose
+    variable only reaches dtype queries and code under assertRaises (written to fail the op's argument
+    checks) builds no complex tensor; a loop whose variable reaches a factory's dtype= does."""
     tools, tests = reading
     refused = {"float64", "complex64", "complex128"}
     assert not refused & set(body_dtypes(_fn("test_expected_errors_build_nothing"), "float32"))
@@ -192,6 +204,17 @@ def test_dtype_queries_expected_errors_and_idle_dtype_loops_build_nothing(readin
     )
     assert idle.mode == "run", idle.reason
     assert loop.mode == "skip" and "complex" in loop.reason
+
+
+def test_a_refused_dtype_named_in_expected_errors_or_moved_to_the_device_still_builds(reading):
+    """x.double() under assertRaisesRegex (to provoke a dtype mismatch) is refused by the device before the
+    op's own check, and a CPU float64 tensor moved with .to(device) reaches it: both stay skipped."""
+    tools, tests = reading
+    assert body_dtypes(_fn("test_dtype_mismatch_provoked")) == ["float64"]
+    assert body_dtypes(_fn("test_cpu_tensor_moved")) == ["float64"]
+    for key in ("test_dtype_mismatch_provoked:None", "test_cpu_tensor_moved:None"):
+        (answer,) = _decide(tools, tests[key])
+        assert answer.mode == "skip" and "float64" in answer.reason
 
 
 def test_iterating_a_harness_dtype_map_builds_every_dtype_it_maps(reading):
