@@ -222,6 +222,10 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
                 continue
             if dotted.startswith(_HOST_TORCH):
                 continue
+            if (space := _OP_NAMESPACE.match(dotted)) and not attr.startswith("_"):
+                # torch.linalg.inv is OpInfo's linalg.inv and aten's linalg_inv, not an op named inv
+                found.append(f"{_NAMESPACES[space.group(1)]}.{attr}")
+                continue
         if (
             attr.startswith("_")
             or attr in NEUTRAL
@@ -232,6 +236,26 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
             continue
         found.append(attr)
     return sorted(set(found))
+
+
+# torch's op namespaces, as OpInfo names them (``torch.linalg.inv`` -> ``linalg.inv``, ``F.relu`` ->
+# ``nn.functional.relu``); aten spells them ``linalg_inv`` and ``relu`` (:func:`aten_name`).
+_NAMESPACES = {
+    "torch.linalg": "linalg",
+    "torch.special": "special",
+    "torch.fft": "fft",
+    "torch.nn.functional": "nn.functional",
+    "F": "nn.functional",
+}
+_OP_NAMESPACE = re.compile(r"^(torch\.linalg|torch\.special|torch\.fft|torch\.nn\.functional|F)\.\w+$")
+
+
+def aten_name(op: str) -> str:
+    """The aten spelling of an op name the agent collected: ``linalg.inv`` -> ``linalg_inv``,
+    ``nn.functional.relu`` -> ``relu``, a bare name as it is."""
+    if op.startswith("nn.functional."):
+        return op[len("nn.functional.") :]
+    return op.replace(".", "_")
 
 
 # Tensor methods named after a device: they move data there, whatever aten says.
@@ -247,6 +271,7 @@ def kernel_free(name: str) -> bool:
     conversion through ``_to_copy``). False where torch does not import or says neither."""
     if name in _DEVICE_METHODS:
         return False
+    name = aten_name(name)
     try:
         import torch
     except Exception:  # a machine without torch reads the capability file only

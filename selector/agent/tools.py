@@ -105,7 +105,13 @@ class Tools:
     def supports(self, name: str) -> bool:
         """Whether an op (OpInfo name or bare aten name) has a kernel on the backend."""
         bare = name.split("::")[-1]
-        return self.caps.supports_op(bare) or bare in self.caps.aten_names()
+        if self.caps.supports_op(bare) or bare in self.caps.aten_names():
+            return True
+        # a namespaced name (linalg.inv, nn.functional.relu) as aten spells it: linalg_inv, relu
+        spelled = (
+            bare[len("nn.functional.") :] if bare.startswith("nn.functional.") else bare.replace(".", "_")
+        )
+        return spelled != bare and spelled in self.caps.aten_names()
 
     def dispatch(self, name: str, args: dict[str, Any]) -> str:
         """Run a tool by name with untrusted arguments; unknown tools and bad arguments give an error text."""

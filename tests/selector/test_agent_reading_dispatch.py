@@ -318,3 +318,48 @@ def test_branches_the_device_under_test_never_takes_are_not_read(reading):
     assert "cholesky_inverse" in torch_calls(fn, None, "cpu")  # the CPU takes those branches
     (answer,) = _decide(tools, test)
     assert answer.mode == "run", answer.reason
+
+
+NAMESPACES_SRC = """
+import torch
+import torch.nn.functional as F
+
+
+class TestSpaces(TestCase):
+    def test_linalg_and_functional(self, device):
+        x = torch.eye(3, device=device)
+        torch.linalg.inv(x)
+        F.relu(x)
+        torch.nn.functional.relu(x)
+
+    def test_missing_linalg(self, device):
+        torch.linalg.cholesky_ex(torch.eye(3, device=device))
+"""
+
+
+def test_namespaced_ops_are_read_as_opinfo_names_them(tmp_path: Path, caps):
+    """torch.linalg.inv is OpInfo's linalg.inv (aten linalg_inv), not an op called inv: the sweep's answer
+    for linalg.inv decides, and a namespaced op the device lacks is named in full."""
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_spaces.py").write_text(NAMESPACES_SRC, encoding="utf-8")
+    cls = "TestSpacesPRIVATEUSE1"
+    tests = [
+        InventoryTest(
+            id=f"test/test_spaces.py::{cls}::{m}_snpu",
+            file="test/test_spaces.py",
+            cls=cls,
+            method=f"{m}_snpu",
+            template=m,
+            device="snpu",
+            dtype=None,
+            fingerprint=m,
+        )
+        for m in ("test_linalg_and_functional", "test_missing_linalg")
+    ]
+    module = ast.parse(NAMESPACES_SRC).body[-1]
+    assert torch_calls(module.body[0]) == ["linalg.inv", "nn.functional.relu"]
+    swept = replace(caps, opinfo=caps.opinfo | {"linalg.inv"})
+    tools = Tools(swept, {t.id: t for t in tests}, tmp_path)
+    ok, missing = _decide(tools, *tests)
+    assert ok.mode == "run", ok.reason
+    assert missing.mode == "skip" and "linalg.cholesky_ex" in missing.reason
