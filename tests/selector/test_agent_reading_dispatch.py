@@ -137,6 +137,28 @@ def reading(tmp_path: Path, caps) -> tuple[Tools, dict[str, InventoryTest]]:
     return Tools(caps, {t.id: t for t in tests.values()}, tmp_path), tests
 
 
+def _write_tests(
+    tmp_path: Path, name: str, src: str, cls: str, methods: tuple[str, ...]
+) -> dict[str, InventoryTest]:
+    """``src`` as ``test/<name>`` of a checkout in ``tmp_path``, and its snpu tests (no dtype) by method."""
+    (tmp_path / "test").mkdir(exist_ok=True)
+    (tmp_path / "test" / name).write_text(src, encoding="utf-8")
+    cls = f"{cls}PRIVATEUSE1"
+    return {
+        m: InventoryTest(
+            id=f"test/{name}::{cls}::{m}_snpu",
+            file=f"test/{name}",
+            cls=cls,
+            method=f"{m}_snpu",
+            template=m,
+            device="snpu",
+            dtype=None,
+            fingerprint=m,
+        )
+        for m in methods
+    }
+
+
 def _fn(name: str) -> ast.FunctionDef:
     cls = next(n for n in ast.parse(SRC).body if isinstance(n, ast.ClassDef))
     return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
@@ -266,22 +288,13 @@ def test_a_default_dtype_the_module_or_decorators_set_reaches_default_tensors(tm
     """Under a decorator that sets float64 as the default dtype, a device tensor built from a Python
     float (or a float factory) without dtype= is float64: refused. Tensors with explicit dtypes, and
     tests nothing sets a default for, are not."""
-    (tmp_path / "test").mkdir()
-    (tmp_path / "test" / "test_defaults.py").write_text(DEFAULTS_SRC, encoding="utf-8")
-    cls = "TestDefaultsPRIVATEUSE1"
-    tests = {
-        m: InventoryTest(
-            id=f"test/test_defaults.py::{cls}::{m}_snpu",
-            file="test/test_defaults.py",
-            cls=cls,
-            method=f"{m}_snpu",
-            template=m,
-            device="snpu",
-            dtype=None,
-            fingerprint=m,
-        )
-        for m in ("test_default_float", "test_explicit_dtypes", "test_decorator_call", "test_no_default_set")
-    }
+    tests = _write_tests(
+        tmp_path,
+        "test_defaults.py",
+        DEFAULTS_SRC,
+        "TestDefaults",
+        ("test_default_float", "test_explicit_dtypes", "test_decorator_call", "test_no_default_set"),
+    )
     tools = Tools(caps, {t.id: t for t in tests.values()}, tmp_path)
     assert tools.default_dtype(tests["test_default_float"].id) == "float64"
     assert tools.default_dtype(tests["test_decorator_call"].id) == "float64"
@@ -340,22 +353,15 @@ class TestSpaces(TestCase):
 def test_namespaced_ops_are_read_as_opinfo_names_them(tmp_path: Path, caps):
     """torch.linalg.inv is OpInfo's linalg.inv (aten linalg_inv), not an op called inv: the sweep's answer
     for linalg.inv decides, and a namespaced op the device lacks is named in full."""
-    (tmp_path / "test").mkdir()
-    (tmp_path / "test" / "test_spaces.py").write_text(NAMESPACES_SRC, encoding="utf-8")
-    cls = "TestSpacesPRIVATEUSE1"
-    tests = [
-        InventoryTest(
-            id=f"test/test_spaces.py::{cls}::{m}_snpu",
-            file="test/test_spaces.py",
-            cls=cls,
-            method=f"{m}_snpu",
-            template=m,
-            device="snpu",
-            dtype=None,
-            fingerprint=m,
-        )
-        for m in ("test_linalg_and_functional", "test_missing_linalg")
-    ]
+    tests = list(
+        _write_tests(
+            tmp_path,
+            "test_spaces.py",
+            NAMESPACES_SRC,
+            "TestSpaces",
+            ("test_linalg_and_functional", "test_missing_linalg"),
+        ).values()
+    )
     module = ast.parse(NAMESPACES_SRC).body[-1]
     assert torch_calls(module.body[0]) == ["linalg.inv", "nn.functional.relu"]
     swept = replace(caps, opinfo=caps.opinfo | {"linalg.inv"})
