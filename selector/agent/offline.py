@@ -259,7 +259,8 @@ def aten_name(op: str) -> str:
 
 
 # Tensor methods named after a device: they move data there, whatever aten says.
-_DEVICE_METHODS = frozenset("cuda xpu mps hpu ipu mtia xla pin_memory".split())
+# and the Tensor methods torch implements for CPU tensors only (``apply_``: "only implemented on CPU tensors").
+_DEVICE_METHODS = frozenset("cuda xpu mps hpu ipu mtia xla pin_memory apply_ map_ map2_".split())
 
 
 @functools.cache
@@ -302,15 +303,15 @@ def _host_module(name: str) -> object | None:
 
 
 def missing_host_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
-    """Functions of a host library (NumPy, the standard library) the body calls and the installed
-    library does not have (``np.msort``, gone from NumPy 2): the call raises ``AttributeError`` on
-    every device. A library that does not import here is not judged."""
+    """Names of a host library (NumPy, the standard library) the body uses and the installed library
+    does not have (``np.msort(...)``, ``dtype=np.float``, gone from NumPy 2 / 1.24): reading them raises
+    ``AttributeError`` on every device. A library that does not import here is not judged."""
     found: set[str] = set()
     for node in _body_nodes(fn, dtype, device):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
             continue
         chain: list[str] = []
-        base: ast.AST = node.func
+        base: ast.AST = node
         while isinstance(base, ast.Attribute):
             chain.insert(0, base.attr)
             base = base.value
