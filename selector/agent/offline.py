@@ -281,6 +281,8 @@ def kernel_free(name: str) -> bool:
         packet = getattr(torch.ops.aten, name)
     except (AttributeError, RuntimeError):
         packet = None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):  # torch.ops.aten.name is the namespace's name
+        packet = None
     if packet is None:
         return type(getattr(torch.Tensor, name, None)).__name__ == "method_descriptor"
     try:
@@ -288,7 +290,7 @@ def kernel_free(name: str) -> bool:
         return bool(overloads) and all(
             torch._C._dispatch_has_kernel_for_dispatch_key(o, "CompositeImplicitAutograd") for o in overloads
         )
-    except RuntimeError:
+    except (RuntimeError, AttributeError, TypeError):
         return False
 
 

@@ -176,6 +176,8 @@ def test_ops_that_decompose_and_metadata_methods_need_no_kernel_of_their_own(rea
     assert kernel_free("vander") and kernel_free("ndimension") and kernel_free("msort")
     assert not kernel_free("cholesky_inverse") and not kernel_free("neg") and not kernel_free("cuda")
     assert not kernel_free("apply_")  # a C++ Tensor method without aten op, but CPU-only
+    # names that are attributes of torch.ops.aten but no op (its own name) or of nothing at all
+    assert not kernel_free("name") and not kernel_free("") and not kernel_free("no_such_op_anywhere")
     composite, missing = _decide(
         tools, tests["test_composite_and_metadata:None"], tests["test_missing_kernel:None"]
     )
