@@ -14,6 +14,11 @@ object, functions by their normalised source and that of every function of the O
 (common_methods_invocations, opinfo/*) they reach by global name or a function-local import, transitively, DecorateInfo by its decorators, class, test,
 device type and dtypes, dtype sets sorted. This shares no code with crcr's static scanner.
 
+v5 (branch i8-upgrade29): a lambda is its whole expression read from the parsed file (``inspect.getsource``
+stops at the end of the lambda's first line), and a closure is described with the values its cells hold
+(``unittest.skip(reason)``'s decorator holds the reason; ``reference_masked_std_var(np.std)`` returns a closure
+over ``reference_reduction_numpy``'s wrapper).
+
 With --device D, only what D's tests can see is fingerprinted, read from the runtime objects the
 way torch's harness reads them: the per-device dtype attributes (``dtypesIf``, ``backward_dtypesIf*``)
 are replaced by what ``op.supported_dtypes(D)`` and ``op.supported_backward_dtypes(D)`` return (a name
@@ -100,7 +105,32 @@ def _import_other(root: str) -> tuple[Any, list[str]]:
 _ADDR = re.compile(r" at 0x[0-9a-f]+")
 
 
+_MODULE_TREES: dict[str, ast.Module] = {}
+
+
+def _lambda_source(fn: Any) -> str | None:
+    """A lambda's whole expression: ``inspect.getsource`` stops at the end of the lambda's first line, so a
+    lambda continued on the next lines (prelu's ``ref=lambda x, weight:`` in 2.9-2.10) lost its body. Read
+    from the parsed file: the lambda nodes starting on the code object's first line with its parameters."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_name != "<lambda>":
+        return None
+    try:
+        path = inspect.getsourcefile(fn)
+        if path not in _MODULE_TREES:
+            _MODULE_TREES[path] = ast.parse("".join(inspect.findsource(fn)[0]))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    params = list(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+    nodes = [n for n in ast.walk(_MODULE_TREES[path]) if isinstance(n, ast.Lambda) and n.lineno == code.co_firstlineno]
+    exact = [n for n in nodes if [a.arg for a in n.args.posonlyargs + n.args.args + n.args.kwonlyargs] == params]
+    return " ".join(ast.dump(n) for n in exact or nodes) or None
+
+
 def _source(fn: Any) -> str:
+    whole = _lambda_source(fn)
+    if whole is not None:
+        return whole
     try:
         src = textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError):
@@ -187,6 +217,13 @@ def _callees(fn: Any) -> list[Any]:
     return _CALLEES[fn]
 
 
+def _cell(c: Any) -> Any:
+    try:
+        return c.cell_contents
+    except ValueError:  # an empty cell
+        return "<empty cell>"
+
+
 def describe(x: Any, depth: int = 0) -> Any:
     import torch
     from torch.testing._internal.opinfo.core import OpInfo
@@ -219,7 +256,10 @@ def describe(x: Any, depth: int = 0) -> Any:
             own = ([_source(fn.__code__), *[_source(f) for f in _callees(fn)]]  # getsource(fn) would unwrap it
                    if str(getattr(fn, "__globals__", {}).get("__name__", "")).startswith(_DEFINITION_MODULES) else [])
             return ["wrapped", getattr(fn, "__qualname__", ""), *own, describe(inner, depth + 1)]
-        return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)]]
+        # the values a closure holds are part of what it does (unittest.skip(reason)'s decorator holds the reason)
+        cells = [describe(_cell(c), depth + 1) for c in (getattr(fn, "__closure__", None) or ())]
+        return ["fn", getattr(x, "__qualname__", ""), _source(x), *[_source(f) for f in _callees(fn)],
+                *([["closure", cells]] if cells else [])]
     if isinstance(x, types.BuiltinFunctionType | types.ModuleType) or (callable(x) and not hasattr(x, "__dict__")):
         return _ADDR.sub("", repr(x))
     slots = [n for c in type(x).__mro__ for n in getattr(c, "__slots__", ())]

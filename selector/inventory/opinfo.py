@@ -500,7 +500,10 @@ class _Helpers:
             for c in its_calls:
                 fn = self.specialised(name, c, env)
                 codes.add(_code_of(fn))
-                reached |= self.reach(set(self.named_in(fn)) - {name})
+                # reach() gives what its arguments name, not themselves: the helpers the specialised body names
+                # count too (reference_masked_std_var(np.std) builds its ref with reference_reduction_numpy)
+                direct = set(self.named_in(fn)) - {name}
+                reached |= direct | self.reach(direct)
             if named.count(name) > len(its_calls):
                 codes.add(self.codes[name])
                 reached |= self.reach({name}) - {name}
@@ -767,5 +770,5 @@ def opinfo_source(sources: TorchSources, op: str) -> OpInfoEntry | None:
 
 def cached_fingerprints(sources: TorchSources, data_dir: Path) -> dict[str, str]:
     """OpInfo fingerprints by key for one torch version, cached in the data dir (a scan takes seconds)."""
-    cache = data_dir / "selector" / f"opinfo-fps-v2-{sources.version or 'unknown'}.json"
+    cache = data_dir / "selector" / f"opinfo-fps-v3-{sources.version or 'unknown'}.json"
     return dict(_cached_json(cache, lambda: {k: e.fingerprint for k, e in scan(sources).items()}))  # type: ignore[call-overload]
