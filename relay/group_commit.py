@@ -50,7 +50,7 @@ class Incoming:
     delivery_id: str
     event: str
     body: bytes
-    payload: dict[str, Any]
+    payload: dict[str, Any]  # what routing reads (relay.events.routing_view), or the whole payload
 
 
 @dataclass
@@ -94,12 +94,19 @@ class _Job:
     future: asyncio.Future | None
 
 
-def plan(runtime: Runtime, item: Incoming, now: dt.datetime) -> _Planned:
-    """Route one delivery and build its rows (raises ConfigError when the allowlist is unreadable)."""
+def plan(runtime: Runtime, item: Incoming, now: dt.datetime, allowlist: Any = None) -> _Planned:
+    """Route one delivery and build its rows (raises ConfigError when the allowlist is unreadable).
+
+    ``allowlist``: the batch's copy (read once per batch: a file allowlist is checked for
+    changes on every read); read here when not given.
+    """
     event, delivery_id = item.event, item.delivery_id
     # Outside the try below: without an allowlist the targets are unknown, and recording
     # the delivery as ignored would lose it. The request answers 503 (GitHub can redeliver).
-    allowlist = runtime.allowlist.get() if event != "ping" else None
+    if event == "ping":
+        allowlist = None
+    elif allowlist is None:
+        allowlist = runtime.allowlist.get()
     try:
         info = describe(event, item.payload)
         if allowlist is None:
@@ -362,10 +369,19 @@ class GroupWriter:
         now = runtime.clock()
         planned: list[tuple[_Job, _Planned]] = []
         rejected = [j.item for j in jobs if isinstance(j.item, Rejected)]
+        allowlist: Any = None
+        unreadable: ConfigError | None = None
+        if any(isinstance(j.item, Incoming) and j.item.event != "ping" for j in jobs):
+            try:  # once per batch, not per delivery
+                allowlist = runtime.allowlist.get()
+            except ConfigError as exc:
+                unreadable = exc
         for j in jobs:
             if isinstance(j.item, Incoming):
                 try:
-                    planned.append((j, plan(runtime, j.item, now)))
+                    if unreadable is not None and j.item.event != "ping":
+                        raise unreadable
+                    planned.append((j, plan(runtime, j.item, now, allowlist)))
                 except ConfigError as exc:
                     _resolve(j, exc=exc)
         try:
