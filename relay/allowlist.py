@@ -376,6 +376,11 @@ class AllowlistSource:
                 return False
         return False
 
+    def current(self) -> Allowlist | None:
+        """The cached allowlist while no refresh is due, else None (then ``get`` reads or fetches it)."""
+        with self._lock:
+            return None if self._stale() else self._value
+
     def get(self) -> Allowlist:
         """The current allowlist (refreshed when the TTL passed or the file changed)."""
         with self._lock:

@@ -55,8 +55,11 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
     inline = runtime.engine.dialect.name == "sqlite" and not runtime.allowlist.is_url
     # PostgreSQL: overlapping transactions (SQLite has one writer at a time anyway)
     writers = 1 if runtime.engine.dialect.name == "sqlite" else INTAKE_WRITERS
+    # PostgreSQL through psycopg: the batches are written on the event loop with psycopg's
+    # async connections (no writer threads, no thread handoff per request)
+    async_pg = runtime.engine.dialect.name == "postgresql" and runtime.engine.dialect.driver == "psycopg"
     writer = GroupWriter(runtime, hooks=intake.after_store, wants_hook=lambda s: intake.hook_name(s) is not None,
-                         inline=inline, writers=writers)
+                         inline=inline, writers=writers, async_pg=async_pg)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -85,6 +88,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None, start_work
                 reruns.stop()
             if sweeper:
                 sweeper.stop()
+            await writer.aclose()
             await run_in_threadpool(writer.stop)
             if consumer:
                 await run_in_threadpool(consumer.stop)
