@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -190,3 +191,53 @@ def test_async_writer_stores_the_others_when_one_row_spoils_the_batch(pg_runtime
     assert isinstance(bad, Exception)  # that request answers 503 (GitHub can redeliver it)
     assert len(ok1.dispatch_ids) == 3 and len(ok2.dispatch_ids) == 3
     assert delivery(pg_runtime, "bad") is None and rows(pg_runtime, "bad") == []
+
+
+@pytest.fixture
+def pg_redis_runtime(tmp_path, database_url, redis_url):
+    from relay.worker import register_tasks
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the async writer is PostgreSQL's")
+    rt = Runtime.from_settings(make_settings(tmp_path, database_url=database_url, queue_url=redis_url,
+                                             sweeper_stale_after_s=0.01))
+    upgrade(rt.engine)
+    register_tasks(rt)
+    yield rt
+    rt.huey.storage.flush_queue()
+    rt.close()
+
+
+def _queued_ids(runtime) -> list[int]:
+    ids = []
+    for task in runtime.huey.pending():
+        (arg,) = task.args
+        ids += arg if isinstance(arg, list) else [arg]
+    return sorted(ids)
+
+
+def test_async_writer_enqueues_each_batch_in_redis_from_the_event_loop(pg_redis_runtime):
+    writer = GroupWriter(pg_redis_runtime, writers=2, async_pg=True)
+    results = _run(writer, [f"q{i}" for i in range(20)])
+    ids = sorted(i for r in results for i in r.dispatch_ids)
+    assert len(ids) == 60 and _queued_ids(pg_redis_runtime) == ids  # every stored row has its task
+    assert not writer._threads
+
+
+def test_async_writer_loses_nothing_when_redis_fails_mid_batch(pg_redis_runtime, monkeypatch):
+    """The push fails after the commit: the deliveries are answered as stored and the sweeper sends them."""
+    from relay import worker
+
+    async def redis_down(huey, tasks, client):
+        raise ConnectionError("redis went away")
+
+    monkeypatch.setattr(worker, "enqueue_many_async", redis_down)
+    writer = GroupWriter(pg_redis_runtime, writers=2, async_pg=True)
+    results = _run(writer, [f"r{i}" for i in range(10)])
+    assert not [r for r in results if isinstance(r, BaseException)]  # 202s: stored, nothing to redeliver
+    ids = sorted(i for r in results for i in r.dispatch_ids)
+    assert len(ids) == 30 and _queued_ids(pg_redis_runtime) == []
+    assert sorted(d.id for r in results for d in rows(pg_redis_runtime, r.delivery_id) if d.state == "pending") == ids
+    time.sleep(0.05)  # overdue by the (shortened) sweeper delay
+    assert worker.sweep_once(pg_redis_runtime) == 30  # the sweeper finds them all
+    assert _queued_ids(pg_redis_runtime) == ids
