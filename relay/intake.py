@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from crcr.errors import ConfigError
@@ -247,12 +247,32 @@ class WebhookFastPath:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in WEBHOOK_PATHS
-                and not scope.get("root_path")):
+        if is_fast_webhook(scope):
             response = await webhook(Request(scope, receive))
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def is_fast_webhook(scope: Any) -> bool:
+    """``POST /webhook`` (or ``/github/webhook``) without a mounted ``root_path``: the hot route."""
+    return (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in WEBHOOK_PATHS
+            and not scope.get("root_path"))
+
+
+async def serve_webhook(scope: Any, receive: Any, send: Any) -> None:
+    """The webhook as a bare ASGI call (``relay.app.RelayApp``): an unexpected exception is a 500, as on any route.
+
+    As Starlette's error middleware does: the 500 is sent (nothing of the answer was
+    sent yet: ``webhook`` returns its response before sending it) and the exception
+    raised again for the server to log.
+    """
+    try:
+        response = await webhook(Request(scope, receive))
+    except Exception:
+        await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+        raise
+    await response(scope, receive, send)
 
 
 @router.post("/webhook", summary="Receive a GitHub webhook")
