@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -45,8 +46,18 @@ class RelayApp(FastAPI):
     configured, webhooks take the normal path (``intake.WebhookFastPath``) and are traced.
     """
 
+    _traced = False
+    _traced_at = -1.0
+
+    def _telemetry_on(self) -> bool:
+        """Whether FastAPI's telemetry is configured (asked at most once a second: it reads the environment)."""
+        now = time.monotonic()
+        if now - self._traced_at >= 1.0:
+            self._traced, self._traced_at = bool(self._native_telemetry.enabled()), now
+        return self._traced
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if intake.is_fast_webhook(scope) and not self.root_path and not self._native_telemetry.enabled():
+        if intake.is_fast_webhook(scope) and not self.root_path and not self._telemetry_on():
             scope["app"] = self
             await intake.serve_webhook(scope, receive, send)
             return
