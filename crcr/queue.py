@@ -56,6 +56,24 @@ def enqueue_many(huey: Huey, tasks: list[Any]) -> None:
         curs.executemany("insert into task (queue, data, priority) values (?, ?, ?)", rows)
 
 
+def is_redis(huey: Huey) -> bool:
+    """Whether ``huey`` queues in Redis (and is not in immediate mode)."""
+    from huey.storage import RedisStorage
+
+    return not huey.immediate and isinstance(huey.storage, RedisStorage)
+
+
+async def enqueue_many_async(huey: Huey, tasks: list[Any], client: Any) -> None:
+    """Enqueue ``tasks`` on a Redis queue in ONE ``LPUSH`` through ``client`` (a ``redis.asyncio.Redis``).
+
+    What ``huey.enqueue`` stores, task after task (the first pushed is the first a
+    worker pops), in one round trip on the caller's event loop instead of one blocking
+    round trip per task on a thread.
+    """
+    if tasks:
+        await client.lpush(huey.storage.queue_key, *[huey.serialize_task(t) for t in tasks])
+
+
 def redis_queue_name(name: str) -> str:
     """The name handed to RedisHuey, distinct for every distinct ``CRCR_QUEUE_NAME``.
 

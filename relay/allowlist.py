@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import re
 import threading
 import time
@@ -326,6 +327,7 @@ class AllowlistSource:
         self._value: Allowlist | None = None
         self._loaded_at = 0.0
         self._mtime: float | None = None
+        self._read_from: str | None = None
 
     @property
     def is_url(self) -> bool:
@@ -359,6 +361,7 @@ class AllowlistSource:
         try:
             text = path.read_text(encoding="utf-8")
             self._mtime = path.stat().st_mtime
+            self._read_from = str(path)  # what the next checks stat (no path resolution per check)
         except OSError as exc:
             raise ConfigError(f"cannot read the allowlist {path}: {exc.strerror}",
                               hint="set CRCR_ALLOWLIST to a file or https URL") from exc
@@ -371,10 +374,15 @@ class AllowlistSource:
             return True
         if not self.is_url:  # a local edit is picked up at once
             try:
-                return self._path().stat().st_mtime != self._mtime
+                return os.stat(self._read_from or self._path()).st_mtime != self._mtime
             except OSError:
                 return False
         return False
+
+    def current(self) -> Allowlist | None:
+        """The cached allowlist while no refresh is due, else None (then ``get`` reads or fetches it)."""
+        with self._lock:
+            return None if self._stale() else self._value
 
     def get(self) -> Allowlist:
         """The current allowlist (refreshed when the TTL passed or the file changed)."""

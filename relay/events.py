@@ -24,6 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic_core import SchemaValidator, ValidationError
+from pydantic_core import core_schema as cs
+
 from relay.allowlist import Allowlist, Target
 
 PR_ACTIONS = ("opened", "reopened", "synchronize", "closed")
@@ -101,6 +104,42 @@ def describe(event: str, payload: dict[str, Any]) -> EventInfo:
         info.pr_number = _int(_get(issue, "number")) if isinstance(issue, dict) and "pull_request" in issue else None
         info.head_sha = _str(_get(payload, "check_run", "head_sha"), 64)
     return info
+
+
+def _fields(**nested: Any) -> dict[str, Any]:
+    """A JSON object schema: each name optional, read as any JSON (``None``) or as a nested object."""
+    return cs.typed_dict_schema({
+        name: cs.typed_dict_field(cs.any_schema() if sub is None else _fields(**sub), required=False)
+        for name, sub in nested.items()
+    })
+
+
+# Everything ``describe`` reads, and nothing else (tests/relay/test_routing_view.py holds them together)
+_ROUTING_VALIDATOR = SchemaValidator(_fields(
+    action=None, number=None, after=None, ref=None, commits=None,
+    repository={"full_name": None}, sender={"login": None}, label={"name": None},
+    pull_request={"number": None, "head": {"sha": None, "ref": None}, "labels": None, "author_association": None},
+    issue={"number": None, "pull_request": None}, check_run={"head_sha": None},
+))
+
+
+def routing_view(body: bytes) -> dict[str, Any] | None:
+    """The fields of a JSON webhook body that ``describe`` reads, or None (the caller parses it whole).
+
+    A 23 KB ``pull_request`` payload is ~600 JSON values, of which routing reads about
+    ten: pydantic-core's parser validates the whole document but builds Python objects
+    only for these (10 us instead of orjson's 25 us, and far fewer objects to free). It
+    answers only for a body the full parser would accept with the same values: anything
+    it refuses (not JSON, not an object, one of the read fields an object of the wrong
+    shape, a lone surrogate, nesting deeper than 200, any other
+    encoding than UTF-8) returns None and goes to the full parser, which gives the
+    answer it always gave. ``describe(event, routing_view(body))`` equals
+    ``describe(event, json.loads(body))`` whenever the view is not None.
+    """
+    try:
+        return _ROUTING_VALIDATOR.validate_json(body)
+    except ValidationError:
+        return None
 
 
 @dataclass

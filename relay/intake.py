@@ -27,13 +27,14 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from sqlalchemy.exc import SQLAlchemyError
 
 from crcr.errors import ConfigError
 from crcr.logs import log_context
 from crcr.store.deliveries import ACCEPTED, Delivery, Dispatch
 from relay import checks, command_actions
+from relay.events import routing_view
 from relay.group_commit import GroupWriter, Incoming, Rejected, Stored
 from relay.runtime import Runtime
 
@@ -246,27 +247,50 @@ class WebhookFastPath:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in WEBHOOK_PATHS
-                and not scope.get("root_path")):
+        if is_fast_webhook(scope):
             response = await webhook(Request(scope, receive))
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
 
+def is_fast_webhook(scope: Any) -> bool:
+    """``POST /webhook`` (or ``/github/webhook``) without a mounted ``root_path``: the hot route."""
+    return (scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in WEBHOOK_PATHS
+            and not scope.get("root_path"))
+
+
+async def serve_webhook(scope: Any, receive: Any, send: Any) -> None:
+    """The webhook as a bare ASGI call (``relay.app.RelayApp``): an unexpected exception is a 500, as on any route.
+
+    As Starlette's error middleware does: the 500 is sent (nothing of the answer was
+    sent yet: ``webhook`` returns its response before sending it) and the exception
+    raised again for the server to log.
+    """
+    try:
+        response = await webhook(Request(scope, receive))
+    except Exception:
+        await PlainTextResponse("Internal Server Error", status_code=500)(scope, receive, send)
+        raise
+    await response(scope, receive, send)
+
+
 @router.post("/webhook", summary="Receive a GitHub webhook")
 @router.post("/github/webhook", include_in_schema=False)  # CRCR's path: GitHub's webhook URL can stay
 async def webhook(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
-    secret: bytes = request.app.state.webhook_secret
+    state = request.app.state
+    runtime: Runtime = state.runtime
+    secret: bytes = state.webhook_secret
     limit = runtime.settings.max_webhook_bytes
-    length = request.headers.get("content-length")
+    # the headers read here, in one pass (the first of a repeated header, as Starlette's Headers.get)
+    headers = {k: v for k, v in reversed(request.scope["headers"]) if k in _READ_HEADERS}
+    length = _header(headers, b"content-length")
     if length is not None:
         if not length.isdigit():
             return _reject(request, 400, "bad Content-Length")
         if int(length) > limit:
             return _reject(request, 413, f"body over {limit} bytes")
-    signature = request.headers.get("x-hub-signature-256")
+    signature = _header(headers, b"x-hub-signature-256")
     if not signature:
         return _reject(request, 400, "missing X-Hub-Signature-256", hint="configure the webhook with a secret")
     if not signature.startswith("sha256=") or len(signature) != 71:
@@ -277,19 +301,22 @@ async def webhook(request: Request) -> Response:
         return _reject(request, 413, f"body over {limit} bytes")
     if not hmac.compare_digest(sign(secret, body).encode(), signature.encode("ascii", "replace")):
         return _reject(request, 401, "signature does not match", hint="check the webhook secret")
-    event = request.headers.get("x-github-event", "")
-    delivery_id = request.headers.get("x-github-delivery", "")
+    event = _header(headers, b"x-github-event") or ""
+    delivery_id = _header(headers, b"x-github-delivery") or ""
     if not EVENT_RE.match(event):
         return _reject(request, 400, "missing or malformed X-GitHub-Event")
     if not DELIVERY_RE.match(delivery_id) or ".." in delivery_id or delivery_id.startswith("/"):
         return _reject(request, 400, "missing or malformed X-GitHub-Delivery")
+    # only the fields routing reads (the body is stored as received); anything odd is parsed whole
+    payload = routing_view(body)
     try:
-        payload = parse_json(body)
+        if payload is None:
+            payload = parse_json(body)
     except (ValueError, RecursionError):
         return _reject(request, 400, "body is not JSON")
     if not isinstance(payload, dict):
         return _reject(request, 400, "body is not a JSON object")
-    writer: GroupWriter = request.app.state.intake_writer
+    writer: GroupWriter = state.intake_writer
     try:
         stored = await writer.store(Incoming(delivery_id, event, body, payload))
     except ConfigError as exc:
@@ -307,12 +334,20 @@ async def webhook(request: Request) -> Response:
     return _answer_for(runtime, stored)
 
 
+_READ_HEADERS = frozenset({b"content-length", b"x-hub-signature-256", b"x-github-event", b"x-github-delivery"})
+
+
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
+
+
 def _answer_for(runtime: Runtime, stored: Stored) -> Response:
     metrics, event, info = runtime.metrics, stored.event, stored.info
     if stored.dispatch_ids and stored.hook is None and not stored.duplicate:
         # the common case, on the hot path: logged once per batch by relay.group_commit
         # (every delivery stays listed by `crcr deliveries`), counted here
-        metrics.deliveries.labels(event, "accepted").inc()
+        metrics.delivery(event, "accepted").inc()
         if stored.held:
             metrics.held.inc(stored.held)
         if log.isEnabledFor(logging.DEBUG):

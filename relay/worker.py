@@ -15,8 +15,9 @@ import logging
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
-from crcr.queue import enqueue_many, queue_depth
+from crcr.queue import enqueue_many, enqueue_many_async, queue_depth
 from relay import checks, command_actions, dispatch
 from relay.runtime import Runtime
 
@@ -80,14 +81,35 @@ class Tasks:
         ids = list(ids)
         if len(ids) <= 1:
             return self.enqueue(ids)
-        size = max(1, self.runtime.settings.workers)
-        chunks = [ids[i:i + size] for i in range(0, len(ids), size)]
+        tasks = self.batch_tasks(ids)
         try:
-            enqueue_many(self.runtime.huey, [self.send_many.s(chunk) for chunk in chunks])
+            enqueue_many(self.runtime.huey, tasks)
         except Exception:
             log.warning("could not enqueue dispatches %s; the sweeper will pick them up", ids, exc_info=True)
             return 0
-        self.runtime.wakeup.notify(len(chunks))
+        self.runtime.wakeup.notify(len(tasks))
+        return len(ids)
+
+    def batch_tasks(self, ids: list[int]) -> list[Any]:
+        """The tasks ``enqueue_batch`` enqueues for ``ids``: one per row alone, else chunks of ``CRCR_WORKERS``."""
+        if len(ids) <= 1:
+            return [self.send.s(i) for i in ids]
+        size = max(1, self.runtime.settings.workers)
+        return [self.send_many.s(ids[i:i + size]) for i in range(0, len(ids), size)]
+
+    async def enqueue_batch_async(self, ids: list[int], client: Any) -> int:
+        """``enqueue_batch`` on a Redis queue from the event loop: one LPUSH through ``client`` (redis.asyncio).
+
+        Never raises: a failed push is logged and the sweeper sends the rows (they are
+        stored as pending; the queue only wakes workers sooner).
+        """
+        tasks = self.batch_tasks(ids)
+        try:
+            await enqueue_many_async(self.runtime.huey, tasks, client)
+        except Exception:
+            log.warning("could not enqueue dispatches %s; the sweeper will pick them up", ids, exc_info=True)
+            return 0
+        self.runtime.wakeup.notify(len(tasks))
         return len(ids)
 
     def schedule(self, dispatch_id: int, delay_s: float) -> None:

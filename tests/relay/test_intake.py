@@ -227,3 +227,22 @@ def test_accepted_deliveries_are_logged_once_per_interval_not_per_delivery(relay
     lines = [rec.getMessage() for rec in caplog.records if rec.getMessage().startswith("accepted ")]
     assert lines[1:] == ["accepted 2 deliveries, 6 dispatch row(s): acc-1 (pull_request.opened), "
                          "acc-2 (pull_request.opened)"]
+
+
+def test_unexpected_error_in_the_webhook_is_a_500_and_is_raised_for_the_server_to_log(tmp_path, monkeypatch):
+    """The hot route skips the framework's layers (relay.app.RelayApp): a bug still answers 500, never hangs."""
+    from relay import intake
+
+    def broken(body):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(intake, "routing_view", broken)
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings, start_worker=False, start_sweeper=False)) as client:
+        with pytest.raises(RuntimeError, match="a bug"):  # what the server logs
+            post_webhook(client, "pull_request", pr_payload(), delivery="bug-1")
+    with TestClient(create_app(settings, start_worker=False, start_sweeper=False),
+                    raise_server_exceptions=False) as client:
+        r = post_webhook(client, "pull_request", pr_payload(), delivery="bug-2")
+        assert (r.status_code, r.text) == (500, "Internal Server Error")
+        assert client.get("/livez").status_code == 200
