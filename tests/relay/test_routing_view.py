@@ -38,7 +38,7 @@ def _real_payloads() -> list[tuple[str, str, bytes]]:
             data = data["payload"]
         name = path.parent.name if path.parent.name in EVENTS else path.stem.split(".")[0]
         event = {"pull_request_comment": "issue_comment"}.get(name, name)
-        for ev in {event, "pull_request", "push", "issue_comment", "check_run"}:
+        for ev in sorted({event, "pull_request", "push", "issue_comment", "check_run"}):  # sorted: xdist workers must collect the same ids
             out.append((str(path.relative_to(WEBHOOKS)), ev, json.dumps(data).encode()))
     return out
 
