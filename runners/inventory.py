@@ -65,7 +65,13 @@ def opinfo_fingerprint(info: Any) -> str:
     parts = [getattr(info, "name", ""), getattr(info, "variant_test_name", "")]
     for attr in ("dtypes", "backward_dtypes"):
         parts.append(f"{attr}={_dtypes_text(getattr(info, attr, None))}")
-    for attr in ("supports_out", "supports_autograd", "supports_forward_ad", "supports_gradgrad", "aten_name"):
+    for attr in (
+        "supports_out",
+        "supports_autograd",
+        "supports_forward_ad",
+        "supports_gradgrad",
+        "aten_name",
+    ):
         parts.append(f"{attr}={getattr(info, attr, None)}")
     ref = getattr(info, "ref", None)
     parts.append(f"ref={getattr(ref, '__qualname__', None) if ref is not None else None}")
@@ -114,7 +120,7 @@ def describe(item: Any, device: str) -> InventoryTest:
     src_fp, decorators = _template_info(inspect.unwrap(fn)) if fn is not None else (None, [])
     info = params.get("op") or params.get("module_info")
     op_fp = opinfo_fingerprint(info) if info is not None else None
-    dtype = params.get("dtype")
+    dtype = _dtype_text(params)
     op_name = None
     if info is not None:
         op_name = getattr(info, "name", None)
@@ -122,7 +128,8 @@ def describe(item: Any, device: str) -> InventoryTest:
         if variant:
             op_name = f"{op_name}.{variant}"
     other = {
-        k: str(v) for k, v in params.items()
+        k: str(v)
+        for k, v in params.items()
         if k not in ("op", "module_info", "dtype", "device", "dtypes") and not callable(v)
     }
     fingerprint = _digest(f"{src_fp}|{op_fp}|{template}|{sorted(other.items())}")
@@ -134,7 +141,7 @@ def describe(item: Any, device: str) -> InventoryTest:
         method=method,
         template=template if template != method else None,
         device=device,
-        dtype=str(dtype).replace("torch.", "") if dtype is not None else None,
+        dtype=dtype,
         op=op_name,
         params=other,
         decorators=decorators,
@@ -144,6 +151,20 @@ def describe(item: Any, device: str) -> InventoryTest:
         opinfo_fingerprint=op_fp,
         op_dtypes=op_dtypes,
     )
+
+
+def _dtype_text(params: dict[str, Any]) -> str | None:
+    """The test's dtype: ``float32``; for a test ``@dtypes`` instantiates with a tuple of dtypes (its
+    argument is ``dtypes``: ``@dtypes(*product(get_all_dtypes(), get_all_dtypes()))``), every dtype of
+    it joined as the id's suffix joins them (``bfloat16_complex128``), so the dtype rules see each."""
+    import torch
+
+    if params.get("dtype") is not None:
+        return str(params["dtype"]).replace("torch.", "")
+    several = params.get("dtypes")
+    if isinstance(several, tuple | list) and several and all(isinstance(d, torch.dtype) for d in several):
+        return "_".join(str(d).replace("torch.", "") for d in several)
+    return None
 
 
 def _claimed_dtypes(op: Any, device_param: Any, device: str) -> list[str] | None:

@@ -137,11 +137,13 @@ class Tools:
         from selector.agent.offline import inert_nodes  # the agent's reading, one definition
 
         found = self._test_node(test.id)
-        if found is None or "dtype" not in {a.arg for a in found[0].args.args}:
+        names = {a.arg for a in found[0].args.args} if found is not None else set()
+        arg = "dtype" if "dtype" in names else "dtypes" if "dtypes" in names else None  # dtypes: a pair
+        if arg is None:
             return None
         inert = inert_nodes(found[0], raising=False)
         return any(
-            isinstance(n, ast.Name) and n.id == "dtype" and id(n) not in inert
+            isinstance(n, ast.Name) and n.id == arg and id(n) not in inert
             for stmt in found[0].body
             for n in ast.walk(stmt)
         )

@@ -23,8 +23,18 @@ OPS = "test/test_fixture_ops.py::TestFixtureOpsPRIVATEUSE1::"
         (P + "test_to_sparse_snpu", "skip", "feature-needs", "needs sparse"),
         (P + "test_compiled_snpu", "skip", "feature-needs", "needs compile"),
         (P + "test_upstream_disabled_snpu", "skip", "upstream-disabled", "pytorch/pytorch#4242"),
-        ("test/distributed/test_fixture_dist.py::TestFixtureDist::test_all_reduce", "skip", "feature-needs", "distributed"),
-        (OPS + "test_compare_cpu_cholesky_inverse_snpu_float32", "skip", "op-support", "no kernel for op cholesky_inverse"),
+        (
+            "test/distributed/test_fixture_dist.py::TestFixtureDist::test_all_reduce",
+            "skip",
+            "feature-needs",
+            "distributed",
+        ),
+        (
+            OPS + "test_compare_cpu_cholesky_inverse_snpu_float32",
+            "skip",
+            "op-support",
+            "no kernel for op cholesky_inverse",
+        ),
         (OPS + "test_compare_cpu_softmax_snpu_float32", "run", "op-supported", "kernel for op softmax"),
         (OPS + "test_compare_cpu_softmax_snpu_float64", "skip", "dtype-support", "float64"),
     ],
@@ -75,7 +85,9 @@ def test_generated_capability_shape_drives_the_rules(inventory):
         return classify(by_id[OPS + method], ctx)
 
     assert decide("test_compare_cpu_add_snpu_float32").mode == "run"
-    assert decide("test_compare_cpu_sin_snpu_float16").reason.startswith("[op-support]")  # sin passes only at float32
+    assert decide("test_compare_cpu_sin_snpu_float16").reason.startswith(
+        "[op-support]"
+    )  # sin passes only at float32
     soft = decide("test_compare_cpu_softmax_snpu_float32")
     assert soft.mode == "skip" and "capability sweep" in soft.reason and "not close" in soft.reason
     int_add = decide("test_compare_cpu_add_snpu_int64")
@@ -90,16 +102,31 @@ def test_committed_snpu_capability_file_refuses_float64_and_complex():
 
     caps = load_capabilities(Path(__file__).resolve().parents[2] / "configs" / "backends" / "snpu.yaml")
     assert {"float32", "float16", "bfloat16", "int64", "bool"} <= caps.dtypes
-    assert {"float64", "complex64", "complex128"} <= caps.refused_dtypes and not caps.refused_dtypes & caps.dtypes
+    assert {
+        "float64",
+        "complex64",
+        "complex128",
+    } <= caps.refused_dtypes and not caps.refused_dtypes & caps.dtypes
     assert caps.device == "snpu" and caps.has_opinfo and caps.supports_op("add", "float32")
 
 
-def _template_test(template: str, op: str, op_dtypes: list[str] | None = None, cls: str = "TestCommonPRIVATEUSE1"):
+def _template_test(
+    template: str, op: str, op_dtypes: list[str] | None = None, cls: str = "TestCommonPRIVATEUSE1"
+):
     from crcr.contracts.inventory import InventoryTest
 
     method = f"{template}_{op.replace('.', '_')}_snpu"
-    return InventoryTest(id=f"test/test_ops.py::{cls}::{method}", file="test/test_ops.py", cls=cls, method=method,
-                         template=template, device="snpu", op=op, op_dtypes=op_dtypes, fingerprint="f")
+    return InventoryTest(
+        id=f"test/test_ops.py::{cls}::{method}",
+        file="test/test_ops.py",
+        cls=cls,
+        method=method,
+        template=template,
+        device="snpu",
+        op=op,
+        op_dtypes=op_dtypes,
+        fingerprint="f",
+    )
 
 
 def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps):
@@ -114,7 +141,10 @@ def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps)
     # the same template runs where the capability file's dtypes equal the claim
     equal = _template_test("test_dtypes", "softmax", sorted(caps.dtypes))
     decision = classify(equal, ctx)
-    assert (decision.mode, decision.rule) == ("run", "dtype-claims") and "equal the OpInfo's claimed dtypes" in decision.reason
+    assert (decision.mode, decision.rule) == (
+        "run",
+        "dtype-claims",
+    ) and "equal the OpInfo's claimed dtypes" in decision.reason
     # a _refs entry's test_dtypes is a dtype-claim test too (refs are no exception)
     ref = _template_test("test_dtypes", "_refs.softmax", ["bfloat16", "float16", "float32", "float64"])
     assert classify(ref, ctx).rule == "dtype-claims"
@@ -125,12 +155,16 @@ def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps)
 def test_python_ref_tests_need_prims_kernels(caps):
     ctx = RuleContext(caps)
     assert not any(a.startswith("prims::") for a in caps.aten_ops)
-    for test in (_template_test("test_python_ref", "_refs.softmax"),
-                 _template_test("test_python_ref_executor", "softmax")):
+    for test in (
+        _template_test("test_python_ref", "_refs.softmax"),
+        _template_test("test_python_ref_executor", "softmax"),
+    ):
         decision = classify(test, ctx)
         assert (decision.mode, decision.rule) == ("skip", "python-refs") and "prims" in decision.reason
     # the torch-fallback variant reaches prims too
-    assert classify(_template_test("test_python_ref_torch_fallback", "_refs.softmax"), ctx).rule == "python-refs"
+    assert (
+        classify(_template_test("test_python_ref_torch_fallback", "_refs.softmax"), ctx).rule == "python-refs"
+    )
     # plain templates over _refs entries (unary_ufuncs and binary_ufuncs hold refs in 2.13) run the
     # reference's prims: no prims kernel, skip
     plain = classify(_template_test("test_contig_vs_every_other", "_refs.softmax"), ctx)
@@ -142,31 +176,49 @@ def test_python_ref_tests_need_prims_kernels(caps):
     assert classify(_template_test("test_python_ref", "_refs.softmax"), ctx).rule != "python-refs"
 
 
-def _probe_test(template: str, op: str, dtype: str | None = "float32", decorators: list[str] | None = None) -> InventoryTest:
+def _probe_test(
+    template: str, op: str, dtype: str | None = "float32", decorators: list[str] | None = None
+) -> InventoryTest:
     cls = "TestCommonPRIVATEUSE1"
     method = f"{template}_{op.replace('.', '_')}_snpu" + (f"_{dtype}" if dtype else "")
-    return InventoryTest(id=f"test/test_ops.py::{cls}::{method}", file="test/test_ops.py", cls=cls, method=method,
-                         template=template, device="snpu", dtype=dtype, op=op, decorators=decorators or [],
-                         fingerprint="f")
+    return InventoryTest(
+        id=f"test/test_ops.py::{cls}::{method}",
+        file="test/test_ops.py",
+        cls=cls,
+        method=method,
+        template=template,
+        device="snpu",
+        dtype=dtype,
+        op=op,
+        decorators=decorators or [],
+        fingerprint="f",
+    )
 
 
-@pytest.mark.parametrize(("template", "decorators", "family"), [
-    ("test_out", [], "out"),
-    ("test_out_warning", [], "out"),
-    ("test_dtypes", [], "dtypes"),
-    ("test_python_ref", [], "python_ref"),
-    ("test_python_ref_torch_fallback", [], "ref_fallback"),
-    ("test_noncontiguous_samples", [], "noncontiguous"),
-    ("test_broadcast_python_scalar", [], "python_scalar"),
-    ("test_variant_consistency_eager", [], "variants"),
-    ("test_fn_grad", [], "grad"),
-    ("test_compare_cpu", [], "samples"),
-    # templates over the unary ufunc list call op(t) on lone tensors: their own families
-    ("test_contig_vs_every_other", ["ops(unary_ufuncs)"], "unary_noncontiguous"),
-    ("test_reference_numerics", ["ops(unary_ufuncs)"], "unary_values"),
-    ("test_variant_consistency", ["ops(unary_ufuncs)"], "unary_variants"),
-    ("test_float_domains", ["ops((_fn for _fn in unary_ufuncs if _fn.domain != (None, None)))"], "unary_domain"),
-])
+@pytest.mark.parametrize(
+    ("template", "decorators", "family"),
+    [
+        ("test_out", [], "out"),
+        ("test_out_warning", [], "out"),
+        ("test_dtypes", [], "dtypes"),
+        ("test_python_ref", [], "python_ref"),
+        ("test_python_ref_torch_fallback", [], "ref_fallback"),
+        ("test_noncontiguous_samples", [], "noncontiguous"),
+        ("test_broadcast_python_scalar", [], "python_scalar"),
+        ("test_variant_consistency_eager", [], "variants"),
+        ("test_fn_grad", [], "grad"),
+        ("test_compare_cpu", [], "samples"),
+        # templates over the unary ufunc list call op(t) on lone tensors: their own families
+        ("test_contig_vs_every_other", ["ops(unary_ufuncs)"], "unary_noncontiguous"),
+        ("test_reference_numerics", ["ops(unary_ufuncs)"], "unary_values"),
+        ("test_variant_consistency", ["ops(unary_ufuncs)"], "unary_variants"),
+        (
+            "test_float_domains",
+            ["ops((_fn for _fn in unary_ufuncs if _fn.domain != (None, None)))"],
+            "unary_domain",
+        ),
+    ],
+)
 def test_each_template_is_planned_from_its_familys_probe(template, decorators, family):
     from selector.rules import template_family
 
@@ -190,23 +242,37 @@ def test_template_probe_answers_decide_run_skip_or_xfail_with_the_error(snpu_cap
     out_add, out_ones = _probe_test("test_out", "add"), _probe_test("test_out", "ones")
     scalar = _probe_test("test_broadcast_python_scalar", "copysign")
     assert classify(out_ones, ctx).rule != "template-probe"  # no answers: the op rules decide as before
-    caps.attach_probes({
-        probe_key("out", "add", "float32"): None,
-        probe_key("out", "ones", "float32"): "SnpuUnsupportedOpError: aten op aten::ones.out is not implemented",
-        probe_key("python_scalar", "copysign", "float32"): "TypeError: unsupported operand",
-        probe_key("attrs", "add", "handles_extremals"): "ProbeMismatch: the template reads op.handles_extremals, "
-                                                        "which this torch's BinaryUfuncInfo does not have",
-    }, {reads_key(_probe_test("test_reference_numerics", "add")): "handles_extremals"})
+    caps.attach_probes(
+        {
+            probe_key("out", "add", "float32"): None,
+            probe_key(
+                "out", "ones", "float32"
+            ): "SnpuUnsupportedOpError: aten op aten::ones.out is not implemented",
+            probe_key("python_scalar", "copysign", "float32"): "TypeError: unsupported operand",
+            probe_key(
+                "attrs", "add", "handles_extremals"
+            ): "ProbeMismatch: the template reads op.handles_extremals, "
+            "which this torch's BinaryUfuncInfo does not have",
+        },
+        {reads_key(_probe_test("test_reference_numerics", "add")): "handles_extremals"},
+    )
     run = classify(out_add, ctx)
     assert (run.mode, run.rule) == ("run", "template-probe") and "out= semantics" in run.reason
     assert run.pattern == "TestCommonPRIVATEUSE1::test_out_add_snpu(_.*)?"
     refused = classify(out_ones, ctx)
     assert (refused.mode, refused.rule) == ("skip", "template-probe")
-    assert "aten::ones.out is not implemented" in refused.reason and refused.evidence["probe"] == "out|ones|float32"
+    assert (
+        "aten::ones.out is not implemented" in refused.reason
+        and refused.evidence["probe"] == "out|ones|float32"
+    )
     failed = classify(scalar, ctx)
     assert (failed.mode, failed.rule) == ("xfail", "template-probe") and "Python number" in failed.reason
     stale = classify(_probe_test("test_reference_numerics", "add"), ctx)
-    assert stale.mode == "xfail" and "op.handles_extremals" in stale.reason and "another torch version" in stale.reason
+    assert (
+        stale.mode == "xfail"
+        and "op.handles_extremals" in stale.reason
+        and "another torch version" in stale.reason
+    )
     # a refused dtype is decided before any probe: no probe is asked for it
     assert classify(_probe_test("test_out", "add", "float64"), ctx).rule == "dtype-support"
 
@@ -215,11 +281,44 @@ def test_probe_requests_skip_decided_tests_and_what_the_sweep_answered(snpu_caps
     caps = snpu_caps
     from selector.rules import probe_requests
 
-    tests = [_probe_test("test_out", "add"), _probe_test("test_out", "add", "float64"),
-             _probe_test("test_out", "add", "uint32"), _probe_test("test_compare_cpu", "softmax")]
+    tests = [
+        _probe_test("test_out", "add"),
+        _probe_test("test_out", "add", "float64"),
+        _probe_test("test_out", "add", "uint32"),
+        _probe_test("test_compare_cpu", "softmax"),
+    ]
     caps.opinfo_by_dtype = {"float32": {"softmax"}}
     reqs = probe_requests(tests, RuleContext(caps), {"test/test_ops.py::test_out": "supports_out"})
     assert ("out", "add", "float32") in reqs and ("attrs", "add", "supports_out") in reqs
     assert not any(r[2] == "float64" for r in reqs)  # refused dtype: decided without a probe
     assert ("out", "add", "uint32") in reqs  # neither held nor refused: the probe finds out
     assert not any(r[0] == "samples" for r in reqs)  # the capability sweep already ran softmax's samples
+
+
+def test_dtype_pair_tests_are_planned_by_every_dtype_of_the_pair(caps):
+    """``@dtypes(*product(all, all))`` instantiates a template with ``dtypes=(a, b)``: the inventory keeps
+    both (as the id's suffix joins them), and a refused one skips the test; a pair of held dtypes does not."""
+    import torch
+
+    from runners.inventory import describe
+
+    def instantiate(first, second):
+        def test_pair_promotion(self, device, dtypes):
+            a = torch.ones(3).to(device=device, dtype=dtypes[0])
+            return a.to(dtypes[1])
+
+        test_pair_promotion.__defaults__ = ({"device": "snpu", "dtypes": (first, second)},)
+        name = f"test_pair_promotion_snpu_{str(first)[6:]}_{str(second)[6:]}"
+        item = type(
+            "Item",
+            (),
+            {"nodeid": f"test/test_pairs.py::TestPairsPRIVATEUSE1::{name}", "obj": test_pair_promotion},
+        )()
+        return describe(item, "snpu")
+
+    refused = instantiate(torch.bfloat16, torch.complex128)
+    assert refused.dtype == "bfloat16_complex128"
+    decision = classify(refused, RuleContext(caps))
+    assert (decision.mode, decision.rule) == ("skip", "dtype-support") and "complex128" in decision.reason
+    held = instantiate(torch.float32, torch.bfloat16)
+    assert held.dtype == "float32_bfloat16" and classify(held, RuleContext(caps)) is None
