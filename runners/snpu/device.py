@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from runners.snpu import dispatch, machine, memory, tensor
-from runners.snpu.errors import SnpuDtypeError, SnpuInstallError
+from runners.snpu.errors import SnpuDtypeError, SnpuInstallError, SnpuStorageError
 
 NAME = "snpu"
 
@@ -208,8 +208,33 @@ def install() -> None:
         from runners.snpu.kernels.attention import register_autograd_kernels
 
         register_autograd_kernels(lib)
+        _guard_storage_allocation()
 
         _installed = True
+
+
+def _guard_storage_allocation() -> None:
+    """A storage allocated on snpu itself (``torch.UntypedStorage(n, device="snpu")``, a device storage's
+    ``clone()``, ``TypedStorage(..., device="snpu")``) asks PrivateUse1's C++ allocator, which a Python
+    backend does not have: torch dereferences a null allocator and the interpreter dies (SIGSEGV). Such
+    a call raises :class:`SnpuStorageError` instead; storages on other devices are made as before."""
+    storage_cls = torch.UntypedStorage
+    if getattr(storage_cls, "_snpu_guarded", False):
+        return
+    base_new = torch._C.StorageBase.__new__
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        device = kwargs.get("device")
+        try:
+            kind = torch.device(device).type if device is not None else None
+        except (RuntimeError, TypeError):
+            kind = None  # torch's own constructor says what is wrong with it
+        if kind == NAME:
+            raise SnpuStorageError()
+        return base_new(cls, *args, **kwargs)
+
+    storage_cls.__new__ = __new__  # type: ignore[method-assign]
+    storage_cls._snpu_guarded = True  # type: ignore[attr-defined]
 
 
 def is_installed() -> bool:

@@ -45,6 +45,19 @@ class SnpuDtypeError(CrcrError, RuntimeError):
         self.op = op
 
 
+class SnpuStorageError(CrcrError, RuntimeError):
+    """A storage allocated on the device itself: snpu (a Python backend) has no device allocator."""
+
+    reference = "snpu-device-storage"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "snpu cannot allocate a storage on the device itself (torch.UntypedStorage(..., device='snpu'), "
+            "a device storage's clone()): a Python backend has no PrivateUse1 allocator",
+            hint="make the tensor with a factory (torch.empty(n, device='snpu')) or keep the storage on the CPU",
+        )
+
+
 class SnpuPlanError(CrcrError, RuntimeError):
     reference = "snpu-plan-does-not-fit"
 

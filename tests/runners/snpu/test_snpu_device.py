@@ -170,3 +170,31 @@ def test_memory_allocated_counts_live_tensors_once_per_storage() -> None:
     gc.collect()
     assert torch.snpu.memory_allocated() == base
     assert torch.snpu.max_memory_allocated() - base >= 1024 * 256 * 4
+
+
+def test_a_storage_allocated_on_snpu_raises_instead_of_killing_the_interpreter() -> None:
+    """snpu has no C++ allocator: a storage made on the device itself (a device storage's clone(), as
+    a deterministic-resize check does; ``UntypedStorage(n, device=...)``) crashed the process (SIGSEGV).
+    Run in a subprocess so that a crash fails this test instead of ending the run."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, runners.snpu\n"
+        "from runners.snpu.errors import SnpuStorageError\n"
+        "runners.snpu.install()\n"
+        "a = torch.zeros(10, device='snpu')\n"
+        "torch.use_deterministic_algorithms(True)\n"
+        "a.resize_(20)\n"
+        "torch.use_deterministic_algorithms(False)\n"
+        "for make in (lambda: a.untyped_storage().clone(), lambda: torch.UntypedStorage(8, device='snpu'),\n"
+        "             lambda: torch.TypedStorage(4, dtype=torch.float32, device='snpu')):\n"
+        "    try:\n"
+        "        make()\n"
+        "    except SnpuStorageError as e:\n"
+        "        print('refused', isinstance(e, RuntimeError))\n"
+        "print(torch.UntypedStorage(8).nbytes(), torch.UntypedStorage(8, device='meta').device)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:4] == ["refused True"] * 3 + ["8 meta"]
