@@ -167,6 +167,49 @@ def _device_truth(test: ast.AST, device: str | None) -> bool | None:
     return None
 
 
+def device_reaches(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool | None:
+    """Whether the test's ``device`` argument can reach anything it builds: False when the body reads it
+    only in device-type conditions (``torch.device(device).type == 'cuda'``) or after rebinding it
+    (``for device in ['cpu']: ...``, ``device = 'meta'``), reads no ``self.device_type`` outside such
+    conditions and calls no helper of the test case but assertions: then every tensor and storage it
+    builds is on the CPU or another explicit device (``TypedStorage(..., device='meta')``) and it runs
+    as it does there. None without a ``device`` argument."""
+    if "device" not in {a.arg for a in fn.args.args}:
+        return None
+    rebound: set[int] = set()
+    for stmt in ast.walk(fn):
+        if isinstance(stmt, ast.For) and isinstance(stmt.target, ast.Name) and stmt.target.id == "device":
+            rebound |= {id(n) for b in stmt.body + stmt.orelse for n in ast.walk(b)}
+    assigned = [
+        s.lineno
+        for s in fn.body
+        if isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "device" for t in s.targets)
+    ]
+    conditions: set[int] = set()
+    for node in _body_nodes(fn, dtype, device):
+        if isinstance(node, ast.Compare) and any(_is_device_expr(x) for x in [node.left, *node.comparators]):
+            conditions |= {id(n) for n in ast.walk(node)}
+        if isinstance(node, ast.Call) and _device_truth(node, device or "cpu") is not None:
+            conditions |= {id(n) for n in ast.walk(node)}
+    for node in _body_nodes(fn, dtype, device):
+        if id(node) in conditions or id(node) in rebound:
+            continue
+        if isinstance(node, ast.Name) and node.id == "device" and isinstance(node.ctx, ast.Load):
+            if not any(line < node.lineno for line in assigned):
+                return True
+        if isinstance(node, ast.Attribute) and node.attr == "device_type" and _is_device_expr(node):
+            return True
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "self"
+            and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
+        ):
+            return True  # a helper of the test case may use self.device_type
+    return False
+
+
 def _dtype_truth(test: ast.AST, dtype: str | None) -> bool | None:
     """The value of a condition on the test's ``dtype`` argument alone (``dtype.is_complex``,
     ``dtype is torch.bool``, ``dtype in [torch.cfloat, torch.cdouble]``, ``not``/``and``/``or`` of
@@ -544,11 +587,21 @@ class OfflineAgent:
             if test.op:
                 tools.read_opinfo(test.op)
             calls = torch_calls(fn, test.dtype, test.device)
+            on_host = device_reaches(fn, test.dtype, test.device) is False
             missing = [
                 c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))
             ]
             gone = missing_host_calls(fn, test.dtype, test.device)
-            if missing:
+            if on_host and not gone:
+                answers[test.id] = AgentAnswer(
+                    id=test.id,
+                    mode="run",
+                    confidence="medium",
+                    reason=f"[agent:offline] read {src_ref}: its device argument reaches nothing it builds (read "
+                    "only in device-type conditions, or rebound), so its tensors and storages are on the CPU "
+                    f"or another explicit device and {tools.caps.device} runs none of it",
+                )
+            elif missing:
                 shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
                 answers[test.id] = AgentAnswer(
                     id=test.id,

@@ -134,9 +134,11 @@ class Tools:
         """Whether the test's ``dtype`` argument can reach a tensor: False when the body never reads it
         or only compares it (``if dtype == torch.half: return``), asks about it (``torch.finfo(dtype)``,
         ``dtype.is_floating_point``); None without source or argument."""
-        from selector.agent.offline import inert_nodes  # the agent's reading, one definition
+        from selector.agent.offline import device_reaches, inert_nodes  # the agent's reading, one definition
 
         found = self._test_node(test.id)
+        if found is not None and device_reaches(found[0], None, test.device) is False:
+            return False  # nothing it builds is on the device, whatever its dtype
         names = {a.arg for a in found[0].args.args} if found is not None else set()
         arg = "dtype" if "dtype" in names else "dtypes" if "dtypes" in names else None  # dtypes: a pair
         if arg is None:

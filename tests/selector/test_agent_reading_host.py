@@ -1,0 +1,97 @@
+"""What the offline agent reads about where a test's work happens and what its names stand for: a test whose
+device argument reaches nothing builds everything on the CPU or another explicit device; ops with no kernel of
+their own (composites, ``nn`` modules) run as what they call; ops reached indirectly; branches never taken."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from crcr.contracts.inventory import InventoryTest
+from selector.agent.offline import OfflineAgent
+from selector.agent.tools import Tools
+from selector.plan import classify_tests
+from selector.rules import RuleContext
+
+CLS = "TestHostPRIVATEUSE1"
+
+
+def _checkout(
+    tmp_path: Path, src: str, caps, *tests: tuple[str, str | None]
+) -> tuple[Tools, list[InventoryTest]]:
+    (tmp_path / "test").mkdir(exist_ok=True)
+    (tmp_path / "test" / "test_host.py").write_text(src, encoding="utf-8")
+    made = []
+    for method, dtype in tests:
+        name = f"{method}_snpu" + (f"_{dtype}" if dtype else "")
+        made.append(
+            InventoryTest(
+                id=f"test/test_host.py::{CLS}::{name}",
+                file="test/test_host.py",
+                cls=CLS,
+                method=name,
+                template=method,
+                device="snpu",
+                dtype=dtype,
+                fingerprint="f" + name,
+            )
+        )
+    return Tools(caps, {t.id: t for t in made}, tmp_path), made
+
+
+def _plan(tools: Tools, tests: list[InventoryTest]) -> list[tuple[str, str]]:
+    """(mode, reason) per test: the rules first, then the offline agent, as the planner does."""
+    ctx = RuleContext(tools.caps, dtype_reaches=tools.dtype_reaches)
+    decided = classify_tests(tests, ctx, OfflineAgent(), tools)
+    return [(decided[t.id].mode, decided[t.id].reason) for t in tests]
+
+
+HOST_SRC = """
+import torch
+
+
+class TestHost(TestCase):
+    def test_meta_and_cpu_storages(self, device, dtype):
+        s0 = torch.TypedStorage([1, 2], device='meta', dtype=dtype)
+        with self.assertRaisesRegex(RuntimeError, 'only available on CPU'):
+            s0.share_memory_()
+        if torch.cuda.is_available():
+            s0.pin_memory()
+        for device in ['cpu']:
+            s1 = torch.TypedStorage([1, 2], device=device, dtype=dtype)
+            self.assertEqual(s1.element_size(), s0.element_size())
+
+    def test_device_only_compared(self, device, dtype):
+        if torch.device(device).type == 'cuda':
+            return
+        s = torch.FloatStorage(4)
+        s[:] = 0
+        self.assertEqual(s.tolist(), [0, 0, 0, 0])
+
+    def test_device_reaches(self, device, dtype):
+        x = torch.ones(3, dtype=dtype, device=device)
+        self.assertEqual(x.sum().item(), 3)
+
+    def test_helper_may_use_device(self, device, dtype):
+        self._check(torch.ones(2, dtype=dtype))
+"""
+
+
+def test_a_test_whose_device_argument_reaches_nothing_runs_as_on_the_cpu(tmp_path: Path, caps):
+    """Storages made on 'meta' or in a loop rebinding ``device`` to 'cpu', and a device read only in a
+    device-type condition, put nothing on snpu: float64 and complex are not refused and storage calls need
+    no snpu kernel. A device that reaches a factory, or a helper of the test case, still counts."""
+    tools, tests = _checkout(
+        tmp_path,
+        HOST_SRC,
+        caps,
+        ("test_meta_and_cpu_storages", "float32"),
+        ("test_meta_and_cpu_storages", "complex128"),
+        ("test_device_only_compared", "float64"),
+        ("test_device_reaches", "float64"),
+        ("test_helper_may_use_device", "float64"),
+    )
+    meta32, meta128, compared, reaches, helper = _plan(tools, tests)
+    assert meta32[0] == "run" and "reaches nothing" in meta32[1]
+    assert meta128[0] == "run" and compared[0] == "run"
+    assert reaches[0] == "skip" and "float64" in reaches[1]
+    assert helper[0] == "skip" and "float64" in helper[1]
