@@ -265,6 +265,10 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
                 continue
             if dotted.startswith(_HOST_TORCH):
                 continue
+            if _NN_MODULE.match(dotted) and (functional := _functional_of(attr)):
+                # an nn module computes through its functional form (nn.MaxUnpool1d -> max_unpool1d)
+                found.append(functional)
+                continue
             if (space := _OP_NAMESPACE.match(dotted)) and not attr.startswith("_"):
                 # torch.linalg.inv is OpInfo's linalg.inv and aten's linalg_inv, not an op named inv
                 found.append(f"{_NAMESPACES[space.group(1)]}.{attr}")
@@ -279,6 +283,19 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
             continue
         found.append(attr)
     return sorted(set(found))
+
+
+_NN_MODULE = re.compile(r"^(torch\.)?nn\.[A-Z]\w*$")
+
+
+def _functional_of(module: str) -> str | None:
+    """``MaxUnpool1d`` -> ``nn.functional.max_unpool1d`` where the installed torch has that function."""
+    try:
+        import torch.nn.functional as functional
+    except Exception:
+        return None
+    name = snake(module)
+    return f"nn.functional.{name}" if callable(getattr(functional, name, None)) else None
 
 
 # torch's op namespaces, as OpInfo names them (``torch.linalg.inv`` -> ``linalg.inv``, ``F.relu`` ->
@@ -310,7 +327,8 @@ _DEVICE_METHODS = frozenset("cuda xpu mps hpu ipu mtia xla pin_memory apply_ map
 def kernel_free(name: str) -> bool:
     """Whether calling ``name`` needs no backend kernel *of that name*, by the installed torch's
     dispatcher: every overload of ``aten::<name>`` is CompositeImplicitAutograd (it decomposes into
-    other aten ops, whose kernels do the work: ``vander``, ``msort``), or ``name`` is a Tensor method
+    other aten ops, whose kernels do the work: ``vander``, ``msort``) or a factory taking no tensor with a
+    CompositeExplicitAutograd kernel (``empty_permuted``: ``empty`` and ``permute``), or ``name`` is a Tensor method
     bound in C++ with no aten op behind it (``ndimension``, ``nelement``: metadata, or a dtype
     conversion through ``_to_copy``). False where torch does not import or says neither."""
     if name in _DEVICE_METHODS:
@@ -329,9 +347,20 @@ def kernel_free(name: str) -> bool:
     if packet is None:
         return type(getattr(torch.Tensor, name, None)).__name__ == "method_descriptor"
     try:
-        overloads = [f"aten::{name}" + ("" if o == "default" else f".{o}") for o in packet.overloads()]
+        overloads = [
+            (f"aten::{name}" + ("" if o == "default" else f".{o}"), getattr(packet, o)._schema)
+            for o in packet.overloads()
+        ]
         return bool(overloads) and all(
-            torch._C._dispatch_has_kernel_for_dispatch_key(o, "CompositeImplicitAutograd") for o in overloads
+            torch._C._dispatch_has_kernel_for_dispatch_key(o, "CompositeImplicitAutograd")
+            or (
+                # a factory (no tensor goes in but out=) with a composite kernel for every backend:
+                # the dispatcher picks the backend from device= and runs it there (empty_permuted
+                # calls empty and permute)
+                torch._C._dispatch_has_kernel_for_dispatch_key(o, "CompositeExplicitAutograd")
+                and not any("Tensor" in str(a.type) and not a.is_out for a in schema.arguments)
+            )
+            for o, schema in overloads
         )
     except (RuntimeError, AttributeError, TypeError):
         return False

@@ -4,6 +4,7 @@ their own (composites, ``nn`` modules) run as what they call; ops reached indire
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from crcr.contracts.inventory import InventoryTest
@@ -95,3 +96,47 @@ def test_a_test_whose_device_argument_reaches_nothing_runs_as_on_the_cpu(tmp_pat
     assert meta128[0] == "run" and compared[0] == "run"
     assert reaches[0] == "skip" and "float64" in reaches[1]
     assert helper[0] == "skip" and "float64" in helper[1]
+
+
+COMPOSITE_SRC = """
+import torch
+
+
+class TestHost(TestCase):
+    def test_permuted_factory(self, device, dtype):
+        x = torch.empty_permuted((2, 3, 4), (2, 0, 1), dtype=dtype, device=device)
+        self.assertEqual(x.shape, (2, 3, 4))
+
+    def test_unpool_module(self, device, dtype):
+        module = torch.nn.MaxUnpool2d(2)
+        x = torch.ones(1, 1, 2, 2, dtype=dtype, device=device)
+        module(x, torch.zeros(1, 1, 2, 2, dtype=torch.long, device=device))
+
+    def test_missing_kernel_still_missing(self, device, dtype):
+        torch.cholesky_inverse(torch.ones(2, 2, dtype=dtype, device=device))
+"""
+
+
+def test_factories_with_a_composite_kernel_and_nn_modules_run_as_what_they_call(tmp_path: Path, caps):
+    """``empty_permuted`` takes no tensor and has a CompositeExplicitAutograd kernel (empty, then permute):
+    the dispatcher runs it on any backend. ``nn.MaxUnpool2d`` is no op name: the module computes through
+    ``nn.functional.max_unpool2d``, which the capability file lists. A kernel really missing still skips."""
+    from selector.agent.offline import kernel_free
+
+    assert (
+        kernel_free("empty_permuted") and not kernel_free("new_empty") and not kernel_free("cholesky_inverse")
+    )
+    caps = replace(caps, opinfo=caps.opinfo | {"nn.functional.max_unpool2d"})
+    tools, tests = _checkout(
+        tmp_path,
+        COMPOSITE_SRC,
+        caps,
+        ("test_permuted_factory", "float32"),
+        ("test_unpool_module", "float32"),
+        ("test_missing_kernel_still_missing", "float32"),
+    )
+    assert tools.supports("nn.functional.max_unpool2d") and not tools.supports("empty_permuted")
+    permuted, unpool, missing = _plan(tools, tests)
+    assert permuted[0] == "run" and "empty_permuted" in permuted[1]
+    assert unpool[0] == "run" and "max_unpool2d" in unpool[1]
+    assert missing[0] == "skip" and "cholesky_inverse" in missing[1]
