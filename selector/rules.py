@@ -22,7 +22,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 
-RULES_VERSION = "6"
+RULES_VERSION = "7"
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,33 @@ from __future__ import annotations
 import ast
 
 ALIASES: dict[str, str] = {
-    "float": "float32", "float32": "float32", "double": "float64", "float64": "float64",
-    "half": "float16", "float16": "float16", "bfloat16": "bfloat16",
-    "cfloat": "complex64", "complex64": "complex64", "cdouble": "complex128", "complex128": "complex128",
-    "chalf": "complex32", "complex32": "complex32",
-    "long": "int64", "int64": "int64", "int": "int32", "int32": "int32", "short": "int16", "int16": "int16",
-    "int8": "int8", "uint8": "uint8", "bool": "bool", "uint16": "uint16", "uint32": "uint32", "uint64": "uint64",
-    "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2",
+    "float": "float32",
+    "float32": "float32",
+    "double": "float64",
+    "float64": "float64",
+    "half": "float16",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "cfloat": "complex64",
+    "complex64": "complex64",
+    "cdouble": "complex128",
+    "complex128": "complex128",
+    "chalf": "complex32",
+    "complex32": "complex32",
+    "long": "int64",
+    "int64": "int64",
+    "int": "int32",
+    "int32": "int32",
+    "short": "int16",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "float8_e4m3fn": "float8_e4m3fn",
+    "float8_e5m2": "float8_e5m2",
 }
 # torch.testing._internal.common_dtype helpers (their documented sets)
 _FLOATING = ["float32", "float64"]
@@ -31,6 +51,8 @@ HELPERS: dict[str, list[str]] = {
     "get_all_dtypes": _FLOATING + _INTEGRAL + _COMPLEX + ["float16", "bfloat16", "bool", "complex32"],
     "get_all_fp_dtypes": ["float16", "bfloat16", *_FLOATING],
     "get_all_math_dtypes": _FLOATING + _INTEGRAL + _COMPLEX + ["float16", "bfloat16"],
+    "get_all_complex_dtypes": _COMPLEX,
+    "get_all_int_dtypes": _INTEGRAL,
 }
 
 

@@ -126,7 +126,11 @@ def test_factories_with_a_composite_kernel_and_nn_modules_run_as_what_they_call(
     assert (
         kernel_free("empty_permuted") and not kernel_free("new_empty") and not kernel_free("cholesky_inverse")
     )
-    caps = replace(caps, opinfo=caps.opinfo | {"nn.functional.max_unpool2d"})
+    # the sweep compared empty_permuted's uninitialized values with the CPU's: a mismatch says nothing
+    mismatch = {"empty_permuted": "AssertionError: Tensor-likes are not close!"}
+    caps = replace(
+        caps, opinfo=caps.opinfo | {"nn.functional.max_unpool2d"}, opinfo_failures={"float32": mismatch}
+    )
     tools, tests = _checkout(
         tmp_path,
         COMPOSITE_SRC,
@@ -140,3 +144,45 @@ def test_factories_with_a_composite_kernel_and_nn_modules_run_as_what_they_call(
     assert permuted[0] == "run" and "empty_permuted" in permuted[1]
     assert unpool[0] == "run" and "max_unpool2d" in unpool[1]
     assert missing[0] == "skip" and "cholesky_inverse" in missing[1]
+
+
+BRANCH_SRC = """
+import torch
+from torch.testing._internal.common_dtype import get_all_complex_dtypes
+
+
+class TestHost(TestCase):
+    def test_complex_only_in_its_branch(self, device, dtype):
+        x = torch.ones(3, dtype=dtype, device=device)
+        if dtype in get_all_complex_dtypes():
+            x = x * torch.tensor(1j, device=device)
+        x.neg()
+
+    def test_cuda_branch(self, device):
+        x = torch.ones(3, device=device)
+        if torch.cuda.is_available():
+            torch.cholesky_inverse(x.cuda())
+        x.neg()
+"""
+
+
+def test_branches_on_harness_dtype_lists_and_cuda_availability_are_read_for_the_test(tmp_path: Path, caps):
+    """``dtype in get_all_complex_dtypes()`` is False for float32: the complex tensor in its branch is never
+    built. ``torch.cuda.is_available()`` is False where the installed torch has no CUDA: its branch never
+    runs. Where the branch is taken (complex64) it still counts."""
+    import torch
+
+    tools, tests = _checkout(
+        tmp_path,
+        BRANCH_SRC,
+        caps,
+        ("test_complex_only_in_its_branch", "float32"),
+        ("test_complex_only_in_its_branch", "complex64"),
+        ("test_cuda_branch", None),
+    )
+    real, cplx, cuda = _plan(tools, tests)
+    assert real[0] == "run" and cplx[0] == "skip"
+    if torch.version.cuda is None:
+        assert cuda[0] == "run" and "cholesky_inverse" not in cuda[1]
+    else:
+        assert cuda[0] == "skip"
