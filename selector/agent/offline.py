@@ -405,6 +405,35 @@ def kernel_free(name: str) -> bool:
         return False
 
 
+def runs_backward(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool:
+    """Whether the body runs a backward pass: ``out.backward(...)``, ``torch.autograd.grad(...)``."""
+    for node in _body_nodes(fn, dtype, device):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            dotted = ast.unparse(node.func)
+            if node.func.attr == "backward" or dotted in ("torch.autograd.grad", "autograd.grad"):
+                return True
+    return False
+
+
+def missing_backward(op: str, tools) -> list[str]:
+    """The backward kernel a backward pass through ``op`` needs where the installed torch names one after
+    it (``<op>_backward``, ``_<op>_backward``, ``<op>_with_indices_backward``: ``_adaptive_avg_pool2d_backward``,
+    ``max_pool3d_with_indices_backward``) and the capability file lists none of them; [] otherwise."""
+    try:
+        import torch
+    except Exception:
+        return []
+    base = aten_name(op)
+    names = [f"{base}_backward", f"_{base}_backward", f"{base}_with_indices_backward"]
+    existing = [
+        n
+        for n in names
+        if isinstance(getattr(torch.ops.aten, n, None), torch._ops.OpOverloadPacket) and not kernel_free(n)
+    ]  # a backward that decomposes (embedding_backward) needs what it decomposes into, read elsewhere
+    have = tools.caps.aten_names()
+    return [] if not existing or any(n in have for n in existing) else existing[:1]
+
+
 def uninitialized_result(name: str) -> bool:
     """Whether the installed torch documents ``torch.<name>`` (or ``Tensor.<name>``) as returning
     uninitialized data (``empty``, ``empty_permuted``, ``new_empty``): its values compare with nothing,
@@ -673,6 +702,13 @@ class OfflineAgent:
             missing = [
                 c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))
             ]
+            if runs_backward(fn, test.dtype, test.device):
+                missing += [
+                    f"{c} (backward: {b})"
+                    for c in calls
+                    if c not in missing
+                    for b in missing_backward(c, tools)
+                ]
             gone = missing_host_calls(fn, test.dtype, test.device)
             if on_host and not gone:
                 answers[test.id] = AgentAnswer(

@@ -186,3 +186,46 @@ def test_branches_on_harness_dtype_lists_and_cuda_availability_are_read_for_the_
         assert cuda[0] == "run" and "cholesky_inverse" not in cuda[1]
     else:
         assert cuda[0] == "skip"
+
+
+BACKWARD_SRC = """
+import torch
+
+
+class TestHost(TestCase):
+    def test_pool_backward(self, device):
+        pool = torch.nn.AdaptiveAvgPool2d(2)
+        x = torch.ones(1, 4, 4, requires_grad=True, device=device)
+        out = pool(x)
+        out.backward(torch.ones_like(out))
+
+    def test_pool_forward_only(self, device):
+        pool = torch.nn.AdaptiveAvgPool2d(2)
+        pool(torch.ones(1, 4, 4, device=device))
+
+    def test_relu_backward(self, device):
+        x = torch.ones(3, requires_grad=True, device=device)
+        torch.autograd.grad(torch.nn.functional.relu(x).sum(), x)
+"""
+
+
+def test_a_backward_pass_needs_the_backward_kernel_torch_names_after_the_op(tmp_path: Path, caps):
+    """A test that runs backward through adaptive_avg_pool2d needs aten::_adaptive_avg_pool2d_backward:
+    where the capability file lists no such kernel the test is skipped, naming it. The forward alone runs;
+    relu's backward (threshold_backward, listed) runs."""
+    caps = replace(
+        caps,
+        opinfo=caps.opinfo | {"nn.functional.adaptive_avg_pool2d"},
+        aten_ops=caps.aten_ops | {"aten::adaptive_avg_pool2d", "aten::threshold_backward", "aten::relu"},
+    )
+    tools, tests = _checkout(
+        tmp_path,
+        BACKWARD_SRC,
+        caps,
+        ("test_pool_backward", None),
+        ("test_pool_forward_only", None),
+        ("test_relu_backward", None),
+    )
+    backward, forward, relu = _plan(tools, tests)
+    assert backward[0] == "skip" and "_adaptive_avg_pool2d_backward" in backward[1]
+    assert forward[0] == "run" and relu[0] == "run"
