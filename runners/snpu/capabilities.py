@@ -35,6 +35,9 @@ FEATURES = {
     "multi_device": False,
     "streams": False,
     "pin_memory": False,
+    # a storage allocated on the device itself (UntypedStorage(n, device="snpu"), a device storage's
+    # clone()) raises SnpuStorageError: a Python backend has no PrivateUse1 allocator (runners/snpu/device.py)
+    "device_storage_allocation": False,
     "device_generator": False,
     "accelerator_synchronize": False,
     "snpu_synchronize": True,

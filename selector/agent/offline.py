@@ -405,6 +405,32 @@ def kernel_free(name: str) -> bool:
         return False
 
 
+def device_storages(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
+    """Storages the body allocates on the device itself: a copy of a device tensor's storage
+    (``t.untyped_storage().clone()``, ``t.storage().clone()``) or a storage made with the test's device
+    (``torch.UntypedStorage(n, device=device)``); a backend without a device allocator refuses them
+    (the capability file's ``device_storage_allocation``)."""
+    found: list[str] = []
+    for node in _body_nodes(fn, dtype, device):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute | ast.Name):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        inner = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if (
+            name == "clone"
+            and isinstance(inner, ast.Call)
+            and isinstance(inner.func, ast.Attribute)
+            and inner.func.attr in ("untyped_storage", "storage", "_typed_storage")
+        ):
+            found.append(f"{inner.func.attr}().clone()")
+        elif name in ("UntypedStorage", "TypedStorage") and any(
+            k.arg == "device" and isinstance(k.value, ast.Name) and k.value.id == "device"
+            for k in node.keywords
+        ):
+            found.append(f"{name}(device=device)")
+    return sorted(set(found))
+
+
 def runs_backward(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool:
     """Whether the body runs a backward pass: ``out.backward(...)``, ``torch.autograd.grad(...)``."""
     for node in _body_nodes(fn, dtype, device):
@@ -709,6 +735,11 @@ class OfflineAgent:
                     if c not in missing
                     for b in missing_backward(c, tools)
                 ]
+            storages = (
+                []
+                if tools.caps.feature("device_storage_allocation", True)
+                else device_storages(fn, test.dtype, test.device)
+            )
             gone = missing_host_calls(fn, test.dtype, test.device)
             if on_host and not gone:
                 answers[test.id] = AgentAnswer(
@@ -718,6 +749,15 @@ class OfflineAgent:
                     reason=f"[agent:offline] read {src_ref}: its device argument reaches nothing it builds (read "
                     "only in device-type conditions, or rebound), so its tensors and storages are on the CPU "
                     f"or another explicit device and {tools.caps.device} runs none of it",
+                )
+            elif storages and not missing:
+                answers[test.id] = AgentAnswer(
+                    id=test.id,
+                    mode="skip",
+                    confidence="medium",
+                    reason=f"[agent:offline] read {src_ref} and {cap_ref}: it allocates a storage on the device "
+                    f"({', '.join(storages)}), which {tools.caps.device}'s capability file marks unsupported "
+                    "(device_storage_allocation)",
                 )
             elif missing:
                 shown = ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")

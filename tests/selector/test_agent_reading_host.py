@@ -229,3 +229,36 @@ def test_a_backward_pass_needs_the_backward_kernel_torch_names_after_the_op(tmp_
     backward, forward, relu = _plan(tools, tests)
     assert backward[0] == "skip" and "_adaptive_avg_pool2d_backward" in backward[1]
     assert forward[0] == "run" and relu[0] == "run"
+
+
+STORAGE_SRC = """
+import torch
+
+
+class TestHost(TestCase):
+    def test_storage_copied(self, device, dtype):
+        a = torch.zeros(4, dtype=dtype, device=device)
+        before = a.untyped_storage().clone()
+        a.resize_(8)
+        self.assertEqual(torch.tensor(before, dtype=dtype).numel(), 4)
+
+    def test_storage_read(self, device, dtype):
+        a = torch.zeros(4, dtype=dtype, device=device)
+        self.assertEqual(a.untyped_storage().data_ptr(), a.data_ptr())
+"""
+
+
+def test_a_storage_allocated_on_a_device_without_allocator_is_skipped(tmp_path: Path, caps):
+    """Copying a device tensor's storage allocates a storage on the device: where the capability file
+    says device_storage_allocation is false the test is skipped, naming the call; reading a storage's
+    metadata allocates nothing. Where the file says nothing, nothing changes."""
+    caps = replace(caps, aten_ops=caps.aten_ops | {"aten::resize_"})
+    flagged = replace(caps, features={**caps.features, "device_storage_allocation": False})
+    tools, tests = _checkout(
+        tmp_path, STORAGE_SRC, flagged, ("test_storage_copied", "float32"), ("test_storage_read", "float32")
+    )
+    copied, read = _plan(tools, tests)
+    assert copied[0] == "skip" and "untyped_storage().clone()" in copied[1]
+    assert read[0] == "run"
+    silent, _ = _plan(Tools(caps, tools.tests, tmp_path), tests)
+    assert silent[0] == "run"
