@@ -96,8 +96,18 @@ def _features(template: str, decorators: list[str], params: dict[str, Any]) -> l
         found.add("out")
     if "numpy_ref" in template:
         found.add("numpy-reference")
+    # a @parametrize decorator names every value; this instance has one: the feature words are read from
+    # its value (layout=torch.sparse_coo) or from a parameter named after the feature set truthy
+    # (sparse_grad=True), not from the decorator (sparse_grad=False builds nothing sparse)
+    fixed = (template + " " + " ".join(d for d in decorators if not d.startswith("parametrize"))).lower()
     for word in ("sparse", "quantized", "distributed", "compile", "jit", "cuda"):
-        if word in text.lower():
+        if word in fixed:
+            found.add(word)
+        elif any(
+            word in str(v).lower() or (word in k.lower() and v not in (False, None, 0, "False"))
+            for k, v in params.items()
+            if k not in ("device", "dtype", "dtypes", "op", "module_info")
+        ):
             found.add(word)
     if "module_info" in params:
         found.add("module")

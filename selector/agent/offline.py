@@ -431,6 +431,44 @@ def device_storages(fn: ast.FunctionDef, dtype: str | None = None, device: str |
     return sorted(set(found))
 
 
+def indirect_calls(fn: ast.FunctionDef, test: InventoryTest) -> list[str]:
+    """Ops the body reaches by a name it computes from a ``@parametrize`` value: ``getattr(t, fn)``,
+    ``getattr(torch, fn + "_")`` with ``fn="pow"`` -> ``pow``, ``pow_``; only names the installed torch has
+    as a Tensor method or a torch function (the body guards the others with ``hasattr``)."""
+    values = {k: v for k, v in (test.params or {}).items() if isinstance(v, str)}
+    if not values:
+        return []
+    try:
+        import torch
+    except Exception:
+        return []
+
+    def text(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Name):
+            return values.get(node.id)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            left, right = text(node.left), text(node.right)
+            return None if left is None or right is None else left + right
+        return None
+
+    found: set[str] = set()
+    for node in _body_nodes(fn, test.dtype, test.device):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and not isinstance(node.args[1], ast.Constant)
+            and (name := text(node.args[1]))
+            and not name.startswith("_")
+            and (hasattr(torch.Tensor, name) or hasattr(torch, name))
+        ):
+            found.add(name)
+    return sorted(found)
+
+
 def runs_backward(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool:
     """Whether the body runs a backward pass: ``out.backward(...)``, ``torch.autograd.grad(...)``."""
     for node in _body_nodes(fn, dtype, device):
@@ -723,7 +761,7 @@ class OfflineAgent:
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
             if test.op:
                 tools.read_opinfo(test.op)
-            calls = torch_calls(fn, test.dtype, test.device)
+            calls = sorted(set(torch_calls(fn, test.dtype, test.device)) | set(indirect_calls(fn, test)))
             on_host = device_reaches(fn, test.dtype, test.device) is False
             missing = [
                 c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))

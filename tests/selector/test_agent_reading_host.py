@@ -262,3 +262,37 @@ def test_a_storage_allocated_on_a_device_without_allocator_is_skipped(tmp_path: 
     assert read[0] == "run"
     silent, _ = _plan(Tools(caps, tools.tests, tmp_path), tests)
     assert silent[0] == "run"
+
+
+INDIRECT_SRC = """
+import torch
+
+
+class TestHost(TestCase):
+    @parametrize("fn", ["neg", "cholesky_inverse", "map"])
+    def test_by_name(self, device, fn):
+        t = torch.ones(2, 2, device=device)
+        if hasattr(t, fn):
+            getattr(t, fn)()
+        if hasattr(t, fn + "_"):
+            getattr(t, fn + "_")(t, lambda a, b: a)
+"""
+
+
+def test_ops_reached_by_a_parametrized_name_are_read(tmp_path: Path, caps):
+    """``getattr(t, fn)`` and ``getattr(t, fn + "_")`` with ``fn`` from ``@parametrize`` call the op of
+    that name: cholesky_inverse (no snpu kernel) and map_ (CPU tensors only) skip, neg runs."""
+    caps = replace(caps, aten_ops=caps.aten_ops | {"aten::neg", "aten::neg_"})
+    tools, made = _checkout(tmp_path, INDIRECT_SRC, caps, ("test_by_name", None))
+    base = made[0]
+    tests = [
+        base.model_copy(
+            update={"id": f"{base.id}_fn_{v}", "method": f"test_by_name_fn_{v}_snpu", "params": {"fn": v}}
+        )
+        for v in ("neg", "cholesky_inverse", "map")
+    ]
+    tools = Tools(caps, {t.id: t for t in tests}, tmp_path)
+    neg, chol, mapped = _plan(tools, tests)
+    assert neg[0] == "run"
+    assert chol[0] == "skip" and "cholesky_inverse" in chol[1]
+    assert mapped[0] == "skip" and "map_" in mapped[1]

@@ -322,3 +322,33 @@ def test_dtype_pair_tests_are_planned_by_every_dtype_of_the_pair(caps):
     assert (decision.mode, decision.rule) == ("skip", "dtype-support") and "complex128" in decision.reason
     held = instantiate(torch.float32, torch.bfloat16)
     assert held.dtype == "float32_bfloat16" and classify(held, RuleContext(caps)) is None
+
+
+def test_a_feature_named_by_a_parametrized_argument_is_needed_only_where_it_is_set(caps):
+    """``@parametrize("sparse_grad", [False, True])``: the instance with sparse_grad=False builds nothing
+    sparse and is not skipped for sparse; the one with True still is."""
+    import torch
+
+    from runners.inventory import describe
+
+    def parametrize(name, values):  # stands for torch's @parametrize: the inventory reads its text only
+        return lambda fn: fn
+
+    @parametrize("sparse_grad", [False, True])
+    def test_gather_grad(self, device, dtype, sparse_grad):
+        torch.ones(2, device=device, dtype=dtype).sum()
+
+    def instance(flag: bool):
+        fn = lambda self, device, dtype, sparse_grad: None  # noqa: E731
+        fn.__wrapped__ = test_gather_grad
+        fn.__name__ = "test_gather_grad"
+        fn.__defaults__ = ({"device": "snpu", "dtype": torch.float32, "sparse_grad": flag},)
+        name = f"test_gather_grad_sparse_grad_{flag}_snpu_float32"
+        item = type("Item", (), {"nodeid": f"test/test_g.py::TestGPRIVATEUSE1::{name}", "obj": fn})()
+        return describe(item, "snpu")
+
+    off, on = instance(False), instance(True)
+    assert off.decorators and "sparse" not in off.features and "sparse" in on.features
+    assert classify(on, RuleContext(caps)).rule == "feature-needs"
+    decided = classify(off, RuleContext(caps))
+    assert decided is None or decided.rule != "feature-needs"
