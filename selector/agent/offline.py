@@ -724,6 +724,24 @@ def body_dtypes(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
                 and (id(node) not in loops or builds(loops[id(node)]))
             ):
                 found |= {"complex64", "complex128"}
+    # a loop over a harness dtype list, whole or combined (``for d0, d1 in product(get_all_dtypes(),
+    # repeat=2)``), whose variables reach a tensor: every dtype of the list is built
+    from selector.inventory.dtypes import dtypes_of
+
+    for node in _body_nodes(fn, dtype, device):
+        if not isinstance(node, ast.For | ast.comprehension) or id(node.iter) in inert:
+            continue
+        targets = [n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)]
+        listed = [
+            d
+            for call in ast.walk(node.iter)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Name)
+            and _DTYPE_HELPER.match(call.func.id)
+            for d in (dtypes_of(call) or [])
+        ]
+        if listed and any(builds(t) for t in targets):
+            found |= set(listed)
     return sorted(found)
 
 

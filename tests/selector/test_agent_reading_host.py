@@ -296,3 +296,34 @@ def test_ops_reached_by_a_parametrized_name_are_read(tmp_path: Path, caps):
     assert neg[0] == "run"
     assert chol[0] == "skip" and "cholesky_inverse" in chol[1]
     assert mapped[0] == "skip" and "map_" in mapped[1]
+
+
+LOOP_SRC = """
+import torch
+from itertools import product
+from torch.testing._internal.common_dtype import get_all_dtypes
+
+
+class TestHost(TestCase):
+    def test_every_pair(self, device):
+        for d0, d1 in product(get_all_dtypes(), repeat=2):
+            a = torch.ones(3, device=device, dtype=d0)
+            self.assertEqual(torch.add(a, a.to(d1)).dtype, torch.promote_types(d0, d1))
+
+    def test_pairs_only_asked_about(self, device):
+        for d0, d1 in product(get_all_dtypes(), repeat=2):
+            self.assertTrue(torch.can_cast(d0, d0) or d1 is not None)
+        torch.ones(3, device=device).neg()
+"""
+
+
+def test_a_loop_over_combined_dtype_lists_builds_every_dtype_its_variables_reach(tmp_path: Path, caps):
+    """``for d0, d1 in product(get_all_dtypes(), repeat=2)`` building device tensors in d0 builds float64
+    and complex: the test is skipped; the same loop that only asks about the dtypes builds nothing."""
+    caps = replace(caps, aten_ops=caps.aten_ops | {"aten::neg"})
+    tools, tests = _checkout(
+        tmp_path, LOOP_SRC, caps, ("test_every_pair", None), ("test_pairs_only_asked_about", None)
+    )
+    pairs, asked = _plan(tools, tests)
+    assert pairs[0] == "skip" and "float64" in pairs[1]
+    assert asked[0] == "run"
