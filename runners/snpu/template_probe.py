@@ -24,8 +24,21 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-FAMILIES = ("samples", "noncontiguous", "out", "python_scalar", "python_ref", "ref_fallback", "grad", "variants",
-            "dtypes", "unary_values", "unary_noncontiguous", "unary_variants", "unary_domain")
+FAMILIES = (
+    "samples",
+    "noncontiguous",
+    "out",
+    "python_scalar",
+    "python_ref",
+    "ref_fallback",
+    "grad",
+    "variants",
+    "dtypes",
+    "unary_values",
+    "unary_noncontiguous",
+    "unary_variants",
+    "unary_domain",
+)
 SAMPLE_LIMIT = 3
 PROBE_SECONDS = 20
 
@@ -39,22 +52,37 @@ def key(family: str, op: str, dtype: str | None) -> str:
 
 
 def _entries() -> dict[str, Any]:
-    from torch.testing._internal.common_methods_invocations import op_db, python_ref_db
+    """OpInfo entries by name: ``op_db`` and ``python_ref_db`` first, then the other op_db-like lists
+    of ``common_methods_invocations`` (``foreach_unary_op_db``... hold ``_foreach_add``), which
+    templates also instantiate over; a name already found keeps its first entry."""
+    import torch.testing._internal.common_methods_invocations as cmi
+    from torch.testing._internal.opinfo.core import OpInfo
 
     from runners.snpu.opinfo_sweep import opinfo_name
 
+    others = [
+        value
+        for name, value in sorted(vars(cmi).items())
+        if name.endswith("_op_db") and name != "op_db" and isinstance(value, list | tuple)
+    ]
     found: dict[str, Any] = {}
-    for op in list(op_db) + list(python_ref_db):
-        found.setdefault(opinfo_name(op), op)
+    for op in [*cmi.op_db, *cmi.python_ref_db, *(op for lst in others for op in lst)]:
+        if isinstance(op, OpInfo):
+            found.setdefault(opinfo_name(op), op)
     return found
 
 
-def _samples(op: Any, device: str, dtype: Any, requires_grad: bool = False, reference: bool = False) -> Iterator[Any]:
+def _samples(
+    op: Any, device: str, dtype: Any, requires_grad: bool = False, reference: bool = False
+) -> Iterator[Any]:
     import torch
 
     torch.manual_seed(0)
-    gen = op.reference_inputs(device, dtype, requires_grad=requires_grad) if reference else \
-        op.sample_inputs(device, dtype, requires_grad=requires_grad)
+    gen = (
+        op.reference_inputs(device, dtype, requires_grad=requires_grad)
+        if reference
+        else op.sample_inputs(device, dtype, requires_grad=requires_grad)
+    )
     for i, sample in enumerate(gen):
         if i >= SAMPLE_LIMIT:
             return
@@ -82,8 +110,16 @@ def _same(actual: Any, expected: Any) -> None:
     if len(a) != len(e):
         raise ProbeMismatch(f"{len(a)} outputs where {len(e)} were expected")
     for x, y in zip(a, e, strict=True):
-        torch.testing.assert_close(x.cpu(), y.cpu(), equal_nan=True, check_device=False, check_stride=False,
-                                   check_dtype=True, rtol=1.6e-2 if x.dtype == torch.bfloat16 else 1e-3, atol=1e-3)
+        torch.testing.assert_close(
+            x.cpu(),
+            y.cpu(),
+            equal_nan=True,
+            check_device=False,
+            check_stride=False,
+            check_dtype=True,
+            rtol=1.6e-2 if x.dtype == torch.bfloat16 else 1e-3,
+            atol=1e-3,
+        )
 
 
 def _probe_samples(op: Any, device: str, dtype: Any) -> None:
@@ -132,10 +168,19 @@ def _probe_variants(op: Any, device: str, dtype: Any) -> None:
     for sample in _samples(op, device, dtype):
         expected = _call(op, sample)
         single = _tensors(expected)
-        for variant, inplace in ((op.method_variant, False), (op.operator_variant, False),
-                                 (op.inplace_variant, True)):
-            if variant is None or (inplace and (sample.broadcasts_input or len(single) != 1
-                                                or single[0].dtype != _tensors(sample.input)[0].dtype)):
+        for variant, inplace in (
+            (op.method_variant, False),
+            (op.operator_variant, False),
+            (op.inplace_variant, True),
+        ):
+            if variant is None or (
+                inplace
+                and (
+                    sample.broadcasts_input
+                    or len(single) != 1
+                    or single[0].dtype != _tensors(sample.input)[0].dtype
+                )
+            ):
                 continue
             if variant is op.operator_variant and sample.kwargs:
                 continue
@@ -169,7 +214,9 @@ def _probe_out(op: Any, device: str, dtype: Any) -> None:
             if accepted:
                 raise ProbeMismatch("out= accepted although the OpInfo says the op does not support it")
             return
-        out = shaped(lambda t: torch.full_like(t, float("nan")) if t.is_floating_point() else torch.zeros_like(t))
+        out = shaped(
+            lambda t: torch.full_like(t, float("nan")) if t.is_floating_point() else torch.zeros_like(t)
+        )
         out_call(out=out)
         _same(out, expected)
         out = shaped(lambda t: make_tensor(t.shape, dtype=t.dtype, device=t.device, noncontiguous=True))
@@ -182,8 +229,11 @@ def _probe_out(op: Any, device: str, dtype: Any) -> None:
         if any("An output with one or more elements" in str(w.message) for w in caught):
             raise ProbeMismatch("resizing an empty out= warned")
         if any(t.numel() > 0 for t in tensors):
-            wrong = shaped(lambda t: make_tensor([*t.shape[:-1], t.shape[-1] + 1] if t.dim() else [2],
-                                                 dtype=t.dtype, device=t.device))
+            wrong = shaped(
+                lambda t: make_tensor(
+                    [*t.shape[:-1], t.shape[-1] + 1] if t.dim() else [2], dtype=t.dtype, device=t.device
+                )
+            )
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 out_call(out=wrong)
@@ -211,8 +261,10 @@ def _probe_python_scalar(op: Any, device: str, dtype: Any) -> None:
         rhs = make_tensor((), device=device, dtype=dtype, **rhs_kw)
         actual, expected = op(lhs, rhs.item()), op(lhs, rhs)
         if actual.shape != expected.shape:
-            raise ProbeMismatch(f"a Python scalar broadcasts to {tuple(actual.shape)}, a 0-d tensor to "
-                                f"{tuple(expected.shape)}")
+            raise ProbeMismatch(
+                f"a Python scalar broadcasts to {tuple(actual.shape)}, a 0-d tensor to "
+                f"{tuple(expected.shape)}"
+            )
 
 
 def _probe_refs(op: Any, device: str, dtype: Any, strict: bool) -> None:
@@ -272,9 +324,16 @@ def _probe_dtypes(op: Any, device: str, dtype: Any) -> None:
         unclaimed = set()  # references may support more dtypes than claimed
     if unclaimed or missing:
         names = lambda s: ", ".join(sorted(str(d).removeprefix("torch.") for d in s))  # noqa: E731
-        raise ProbeMismatch("; ".join(x for x in (f"claimed but failing on {device}: {names(missing)}" if missing else "",
-                                                  f"working but not claimed: {names(unclaimed)}" if unclaimed else "")
-                                      if x))
+        raise ProbeMismatch(
+            "; ".join(
+                x
+                for x in (
+                    f"claimed but failing on {device}: {names(missing)}" if missing else "",
+                    f"working but not claimed: {names(unclaimed)}" if unclaimed else "",
+                )
+                if x
+            )
+        )
 
 
 def _unary_tensor(op: Any, device: str, dtype: Any, shape: tuple[int, ...]) -> Any:
@@ -346,8 +405,10 @@ def _probe_attrs(op: Any, names: str) -> None:
     """The OpInfo attributes a template reads (``op.<name>`` in its source) exist on this torch's entry."""
     missing = [n for n in names.split(",") if n and not hasattr(op, n)]
     if missing:
-        raise ProbeMismatch(f"the template reads op.{', op.'.join(missing)}, which this torch's "
-                            f"{type(op).__name__} does not have")
+        raise ProbeMismatch(
+            f"the template reads op.{', op.'.join(missing)}, which this torch's "
+            f"{type(op).__name__} does not have"
+        )
 
 
 PROBES: dict[str, Callable[[Any, str, Any], None]] = {
@@ -403,8 +464,11 @@ def family_digest(family: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def run_probes(requests: list[tuple[str, str, str | None]], device: str = "snpu",
-               progress: Callable[[int], None] | None = None) -> dict[str, str | None]:
+def run_probes(
+    requests: list[tuple[str, str, str | None]],
+    device: str = "snpu",
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, str | None]:
     """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed."""
     import torch
 

@@ -6,16 +6,18 @@ from runners.snpu.template_probe import family_digest, key, run_probes
 
 
 def test_probes_answer_what_the_templates_would_see():
-    answers = run_probes([
-        ("out", "add", "float32"),
-        ("out", "ones", "float32"),
-        ("python_scalar", "add", "float32"),
-        ("python_ref", "_refs.add", "float32"),
-        ("unary_noncontiguous", "sin", "float32"),
-        ("unary_noncontiguous", "mvlgamma.mvlgamma_p_3", "int64"),
-        ("attrs", "sin", "domain,handles_extremals"),
-        ("samples", "no_such_op", "float32"),
-    ])
+    answers = run_probes(
+        [
+            ("out", "add", "float32"),
+            ("out", "ones", "float32"),
+            ("python_scalar", "add", "float32"),
+            ("python_ref", "_refs.add", "float32"),
+            ("unary_noncontiguous", "sin", "float32"),
+            ("unary_noncontiguous", "mvlgamma.mvlgamma_p_3", "int64"),
+            ("attrs", "sin", "domain,handles_extremals"),
+            ("samples", "no_such_op", "float32"),
+        ]
+    )
     assert answers[key("out", "add", "float32")] is None
     # test_out of ones fails on snpu: ones.out has no kernel (the demo's base commit shows it)
     assert "ones.out" in answers[key("out", "ones", "float32")]
@@ -31,3 +33,17 @@ def test_probes_answer_what_the_templates_would_see():
 def test_family_digest_changes_only_with_the_familys_code():
     assert family_digest("out") == family_digest("out")
     assert family_digest("out") != family_digest("samples")
+
+
+def test_foreach_entries_are_found_in_the_foreach_lists():
+    """Foreach templates instantiate over foreach_*_op_db, not op_db: a probe for _foreach_add finds
+    its entry there (it said "no OpInfo entry '_foreach_add'"); op_db's entries keep their place."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from runners.snpu.template_probe import _entries
+
+    entries = _entries()
+    assert type(entries["_foreach_add"]).__name__ == "ForeachFuncInfo"
+    assert entries["add"] is next(op for op in op_db if op.name == "add" and not op.variant_test_name)
+    answers = run_probes([("attrs", "_foreach_add", "supports_out")])
+    assert not (answers[key("attrs", "_foreach_add", "supports_out")] or "").startswith("Unknown")
