@@ -11,6 +11,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.agent.offline import OfflineAgent
 from selector.agent.tools import Tools
 from selector.rules import RuleContext, classify
+from tests.selector.reading_fixtures import device_test
 
 SRC = """
 import random
@@ -75,17 +76,7 @@ CLS = "TestReadingPRIVATEUSE1"
 
 
 def _test(method: str, dtype: str | None) -> InventoryTest:
-    name = f"{method}_snpu" + (f"_{dtype}" if dtype else "")
-    return InventoryTest(
-        id=f"test/test_reading.py::{CLS}::{name}",
-        file="test/test_reading.py",
-        cls=CLS,
-        method=name,
-        template=method,
-        device="snpu",
-        dtype=dtype,
-        fingerprint="f" + name,
-    )
+    return device_test("test/test_reading.py", CLS, method, dtype)
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.agent.offline import OfflineAgent, body_dtypes, kernel_free, missing_host_calls, torch_calls
 from selector.agent.tools import Tools
 from selector.rules import RuleContext, classify
+from tests.selector.reading_fixtures import device_test
 
 SRC = """
 import numpy as np
@@ -100,17 +101,7 @@ CLS = "TestDispatchPRIVATEUSE1"
 
 
 def _test(method: str, dtype: str | None) -> InventoryTest:
-    name = f"{method}_snpu" + (f"_{dtype}" if dtype else "")
-    return InventoryTest(
-        id=f"test/test_dispatch.py::{CLS}::{name}",
-        file="test/test_dispatch.py",
-        cls=CLS,
-        method=name,
-        template=method,
-        device="snpu",
-        dtype=dtype,
-        fingerprint="f" + name,
-    )
+    return device_test("test/test_dispatch.py", CLS, method, dtype)
 
 
 @pytest.fixture

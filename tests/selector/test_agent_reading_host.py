@@ -12,6 +12,7 @@ from selector.agent.offline import OfflineAgent
 from selector.agent.tools import Tools
 from selector.plan import classify_tests
 from selector.rules import RuleContext
+from tests.selector.reading_fixtures import device_test
 
 CLS = "TestHostPRIVATEUSE1"
 
@@ -21,21 +22,7 @@ def _checkout(
 ) -> tuple[Tools, list[InventoryTest]]:
     (tmp_path / "test").mkdir(exist_ok=True)
     (tmp_path / "test" / "test_host.py").write_text(src, encoding="utf-8")
-    made = []
-    for method, dtype in tests:
-        name = f"{method}_snpu" + (f"_{dtype}" if dtype else "")
-        made.append(
-            InventoryTest(
-                id=f"test/test_host.py::{CLS}::{name}",
-                file="test/test_host.py",
-                cls=CLS,
-                method=name,
-                template=method,
-                device="snpu",
-                dtype=dtype,
-                fingerprint="f" + name,
-            )
-        )
+    made = [device_test("test/test_host.py", CLS, method, dtype) for method, dtype in tests]
     return Tools(caps, {t.id: t for t in made}, tmp_path), made
 
 
