@@ -51,6 +51,9 @@ class Capabilities:
     template_probes: dict[str, str | None] = field(default_factory=dict)
     # ``file::template`` -> the OpInfo attributes the template reads (comma-joined), from its source
     template_reads: dict[str, str] = field(default_factory=dict)
+    # CPU traces of the plain device tests the agent decides (test id -> what its CPU twin did); None when no
+    # trace was asked for (``--no-trace``, or a device that does not run here)
+    cpu_traces: dict[str, dict] | None = None
 
     def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None) -> None:
         """Plan from these probe answers too; the digest (and so the plan cache's context) covers them."""
@@ -59,6 +62,12 @@ class Capabilities:
         probe_digest = hashlib.sha256(json.dumps([self.template_probes, self.template_reads],
                                                  sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:{probe_digest}".encode()).hexdigest()[:16]
+
+    def attach_cpu_traces(self, traces: dict[str, dict]) -> None:
+        """Plan plain device tests from these CPU traces (``runners.cpu_trace``); the digest covers them."""
+        self.cpu_traces = dict(traces)
+        trace_digest = hashlib.sha256(json.dumps(self.cpu_traces, sort_keys=True).encode()).hexdigest()
+        self.digest = hashlib.sha256(f"{self.digest}:trace:{trace_digest}".encode()).hexdigest()[:16]
 
     @property
     def has_opinfo(self) -> bool:

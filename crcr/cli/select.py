@@ -305,6 +305,118 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
     caps.attach_probes(answers, caps_reads)
 
 
+TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
+
+
+def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
+    """The plain device tests (no OpInfo, no ModuleInfo) the rules leave to the agent."""
+    from selector.rules import RuleContext, classify
+
+    ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches)
+    return [t for t in inv.tests if not t.op and t.cls and t.device and classify(t, ctx) is None]
+
+
+def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, dict]:
+    """Run ``runners.cpu_trace`` over ``chunk``; a test that crashes the child is recorded as crashed and the
+    rest run again in a fresh child; a child that makes no progress loses the rest (recorded as lost)."""
+    import subprocess
+
+    from runners.cpu_trace import TRACE_SECONDS
+
+    got: dict[str, dict] = {}
+    pending = list(chunk)
+    while pending:
+        src, dst = tmp / "in.json", tmp / "out.jsonl"
+        dst.unlink(missing_ok=True)
+        src.write_text(json.dumps({"root": str(root), "file": file,
+                                   "tests": [[t.id, t.cls, t.method, t.device] for t in pending]}), encoding="utf-8")
+        stderr = ""
+        try:
+            proc = subprocess.run([sys.executable, "-m", "runners.cpu_trace", str(src), str(dst)], env=env,
+                                  timeout=120 + 2 * TRACE_SECONDS * len(pending), capture_output=True, text=True,
+                                  check=False)
+            stderr = proc.stderr
+        except subprocess.TimeoutExpired:
+            stderr = "the trace child timed out"
+        started: list[str] = []
+        lines = dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                rec = json.loads(line)
+                if "import_error" in rec:
+                    stderr = rec["import_error"]
+                elif "start" in rec:
+                    started.append(rec["start"])
+                elif "id" in rec:
+                    got[rec["id"]] = rec
+        unfinished = [i for i in started if i not in got]
+        for i in unfinished:  # started, never ended: this test took the child down
+            got[i] = {"outcome": "crashed", "error": (stderr.strip().splitlines() or ["no output"])[-1][:200]}
+        rest = [t for t in pending if t.id not in got]
+        if len(rest) == len(pending):  # no progress at all: the file does not import, or the child died at once
+            for t in rest:
+                got[t.id] = {"outcome": "lost", "error": (stderr.strip().splitlines() or ["no output"])[-1][:200]}
+            break
+        pending = rest
+    return got
+
+
+def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path) -> None:
+    """Run the CPU twin of every plain device test the agent must decide under ``runners.cpu_trace`` (cached in the
+    data dir by file content, torch version and trace code) and hand the traces to the agent through the
+    capability object. Only for a device that runs on this machine (snpu)."""
+    import hashlib
+    import time
+    from importlib.metadata import version
+
+    if caps.device != "snpu":
+        typer.echo(f"cpu trace: none for device {caps.device} (it does not run on this machine); the agent reads "
+                   "test sources statically", err=True)
+        return
+    import runners
+    from runners.cpu_trace import code_digest
+
+    wanted = _agent_tests(inv, caps, dis, tools)
+    by_file: dict[str, list[Any]] = {}
+    for t in wanted:
+        by_file.setdefault(t.file, []).append(t)
+    root = pytorch_src.resolve()
+    code_root = str(Path(runners.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)}
+    traces: dict[str, dict] = {}
+    ran = reused = 0
+    start = time.perf_counter()
+    for file, tests in sorted(by_file.items()):
+        path = root / file
+        if not path.is_file():
+            continue
+        key = hashlib.sha256(f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{version('torch')}:{code_digest()}"
+                             .encode()).hexdigest()[:16]
+        cache_path = data_dir / "selector" / f"cpu-trace-{key}.json"
+        cached: dict[str, dict] = {}
+        if cache_path.is_file():
+            with contextlib.suppress(ValueError, OSError):
+                cached = dict(json.loads(cache_path.read_text(encoding="utf-8")))
+        missing = [t for t in tests if t.id not in cached]
+        reused += len(tests) - len(missing)
+        with tempfile.TemporaryDirectory(prefix="crcr-trace-") as tmp:
+            for n in range(0, len(missing), TRACE_CHUNK):
+                chunk = missing[n:n + TRACE_CHUNK]
+                typer.echo(f"cpu trace: {file} {n + len(chunk)}/{len(missing)} CPU twins ...", err=True)
+                cached.update(_trace_chunk(root, file, chunk, env, Path(tmp)))
+                cache_path.parent.mkdir(parents=True, exist_ok=True)
+                cache_path.write_text(json.dumps(cached, sort_keys=True), encoding="utf-8")  # after every chunk
+                ran += len(chunk)
+        traces.update({t.id: cached[t.id] for t in tests if t.id in cached})
+    outcomes: dict[str, int] = {}
+    for rec in traces.values():
+        outcomes[rec.get("outcome", "?")] = outcomes.get(rec.get("outcome", "?"), 0) + 1
+    typer.echo(f"cpu trace: {len(wanted)} plain device tests for the agent, {ran} traced "
+               f"({time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
+               + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
+    caps.attach_cpu_traces(traces)
+
+
 def _emit_markdown(md: str, path: Path | None) -> None:
     """Print Markdown for a person and, when asked, write it for a bot to post."""
     typer.echo(md)
@@ -359,6 +471,10 @@ def plan_cmd(
     probe_only: Annotated[list[str] | None, typer.Option("--probe-only", help="probe only this template family "
                                                          "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
                                                          "rest is planned from the capability file")] = None,
+    trace: Annotated[bool, typer.Option("--trace/--no-trace", help="with --pytorch-src, where the device runs on "
+                                        "this machine (snpu): run the CPU twin of each plain device test the agent "
+                                        "decides once under a recording mode and plan it from the aten ops it "
+                                        "really called (cached in the data dir)")] = True,
 ) -> None:
     import hashlib
     import time
@@ -401,6 +517,9 @@ def plan_cmd(
         # decisions: they stay in the data dir even with --no-cache
         _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None,
                                 set(probe_only or ()))
+    if trace and pytorch_src is not None and _torch_importable():
+        # traces are facts about the upstream files on this torch, not decisions: kept even with --no-cache
+        _attach_cpu_traces(inv, caps, dis, tools, _settings().data_dir, pytorch_src)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 

@@ -15,7 +15,7 @@ import importlib
 import re
 
 from crcr.contracts.inventory import InventoryTest
-from selector.agent.base import AgentAnswer, Usage
+from selector.agent.base import MAX_REASON_CHARS, AgentAnswer, Usage
 from selector.agent.tools import Tools
 from selector.capabilities import Capabilities
 from selector.fingerprint import digest
@@ -752,6 +752,107 @@ def refused(caps: Capabilities, dtype: str) -> bool:
     return not caps.refused_dtypes or dtype in caps.refused_dtypes
 
 
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
+
+
+@functools.cache
+def composite_kernel(op: str) -> bool:
+    """Whether the installed torch has a CompositeExplicitAutograd kernel for the overload ``aten::name.overload``
+    (``ones_like``, ``randn``: every backend runs it as the ops it calls). False where torch does not import."""
+    try:
+        import torch
+    except Exception:
+        return False
+    try:
+        return any(
+            torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
+            for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+        )
+    except RuntimeError:
+        return False
+
+
+def trace_kernel(op: str, caps: Capabilities) -> bool:
+    """Whether an aten overload a CPU trace recorded (``aten::add.Tensor``) runs on the backend: the capability
+    file lists the op (by its bare name, as :meth:`Capabilities.aten_names` reads it) or torch runs it as a
+    composite of other ops on every backend."""
+    bare = op.split("::", 1)[-1].split(".", 1)[0]
+    return op in caps.aten_ops or bare in caps.aten_names() or composite_kernel(op)
+
+
+_TRACE_LOST = {
+    "no_twin": "no CPU twin",
+    "timeout": "the CPU twin timed out",
+    "trace_broke": "the CPU twin fails only under the trace",
+    "skipped": "the CPU twin skipped itself",
+    "lost": "the trace was lost",
+    "crashed": "the CPU twin crashed the trace",
+}
+
+
+def trace_answer(
+    test: InventoryTest, trace: dict | None, tools: Tools, cap_ref: str
+) -> tuple[AgentAnswer | None, str]:
+    """The decision a test's CPU trace supports (``runners.cpu_trace``), or None and why it cannot decide.
+
+    Passed on the CPU: ``run`` when every aten op called on device tensors (backward ops included) has a kernel,
+    no device tensor has a refused dtype and all are strided; else ``skip`` naming the first op, dtype or layout
+    missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
+    """
+    if trace is None:
+        return None, "none recorded"
+    outcome = trace.get("outcome")
+    twin = trace.get("twin") or "its CPU twin"
+    if outcome == "failed":
+        return AgentAnswer(
+            id=test.id,
+            mode="xfail",
+            confidence="medium",
+            reason=_clip(f"[agent:offline] read the CPU trace of {twin}: fails on the CPU too: {trace.get('error')}"),
+        ), ""
+    if outcome != "passed":
+        why = _TRACE_LOST.get(str(outcome), str(outcome))
+        detail = str(trace.get("error") or "")[:80]
+        return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
+    caps = tools.caps
+    ops: dict[str, dict] = trace.get("ops") or {}
+    for op, seen in ops.items():
+        if not trace_kernel(op, caps):
+            return _trace_skip(test, twin, cap_ref, f"{op}, which {caps.device} has no kernel for"), ""
+        bad = [d for d in seen.get("dtypes", ()) if refused(caps, d)]
+        if bad:
+            return _trace_skip(test, twin, cap_ref, f"{op} on {bad[0]} device tensors, a dtype {caps.device} refuses"), ""
+        layouts = [lay for lay in seen.get("layouts", ()) if lay != "strided"]
+        if layouts:
+            return _trace_skip(
+                test, twin, cap_ref, f"{op} on {layouts[0]} device tensors; {caps.device} holds strided tensors only"
+            ), ""
+    shown = ", ".join(o.split("::", 1)[-1] for o in list(ops)[:6]) + (" ..." if len(ops) > 6 else "")
+    return AgentAnswer(
+        id=test.id,
+        mode="run",
+        confidence="high" if ops else "medium",
+        reason=_clip(
+            f"[agent:offline] read the CPU trace of {twin} and {cap_ref}: it passes on the CPU and "
+            + (
+                f"every aten op its device tensors go through ({len(ops)}: {shown}) runs on {caps.device}"
+                if ops
+                else "calls no aten op on a device tensor"
+            )
+        ),
+    ), ""
+
+
+def _trace_skip(test: InventoryTest, twin: str, cap_ref: str, what: str) -> AgentAnswer:
+    return AgentAnswer(
+        id=test.id,
+        mode="skip",
+        confidence="high",
+        reason=_clip(f"[agent:offline] read the CPU trace of {twin} and {cap_ref}: it calls {what}"),
+    )
+
+
 class OfflineAgent:
     """Deterministic twin of the Claude agent."""
 
@@ -761,10 +862,18 @@ class OfflineAgent:
         answers: dict[str, AgentAnswer] = {}
         tools.read_capabilities()
         cap_ref = f"capability file {tools.caps.digest[:8]}"
+        no_trace: dict[str, str] = {}  # test id -> why its CPU trace could not decide (then the static reading does)
         for test in tests:
             if "module" in test.features and test.op:
                 answers[test.id] = self._module(test, tools, cap_ref)
                 continue
+            if tools.caps.cpu_traces is not None:
+                tools.calls.append(f"read_cpu_trace({test.id})")
+                traced, why = trace_answer(test, tools.cpu_trace(test.id), tools, cap_ref)
+                if traced is not None:
+                    answers[test.id] = traced
+                    continue
+                no_trace[test.id] = why
             fn = tools.test_function(test.id)
             if fn is None:
                 answers[test.id] = AgentAnswer(
@@ -869,6 +978,11 @@ class OfflineAgent:
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls no operator beyond tensor "
                     "creation and checks",
                 )
+        for tid, why in no_trace.items():
+            a = answers.get(tid)
+            if a is not None:
+                reason = a.reason.replace("[agent:offline] ", f"[agent:offline] no CPU trace ({why}); static reading: ", 1)
+                answers[tid] = a.model_copy(update={"reason": _clip(reason)})
         return answers, Usage()
 
     @staticmethod

@@ -1,0 +1,308 @@
+"""The CPU trace: run the CPU twin of upstream device tests once and record the aten ops their device
+tensors go through.
+
+A plain device test (no OpInfo) is instantiated for every device type: ``TestFooPRIVATEUSE1.test_x_snpu_float32``
+has a CPU twin ``TestFooCPU.test_x_cpu_float32`` running the same generic body with ``device="cpu"``. The trace
+runs that twin under two recording modes and writes down what the body really did, helpers, local functions and
+backward passes included, which a static reading of the body cannot follow:
+
+* a ``TorchFunctionMode`` tags the tensors that would live on the device: the results of a factory or a
+  ``.to(...)`` called with the test's device argument (a ``str`` subclass equal to ``"cpu"``, so a literal
+  ``"cpu"`` or a tensor built without a device stays on the host), or with a ``torch.device`` of the CPU;
+* a ``TorchDispatchMode`` (below autograd, after CompositeImplicitAutograd decomposition, backward ops too)
+  records each aten overload called on a tagged tensor, with the dtypes and layouts of the tagged tensors and
+  the largest tagged numel, and tags the outputs of every op with a tagged input (``.cpu()`` of a tagged tensor
+  gives an untagged alias: on the device it is a copy to the host). Assertions (``assertEqual``) are not
+  recorded: they compare, they are not the test's device work.
+
+The twin's outcome is recorded too: passed, failed (first error line), skipped, timed out (``TRACE_SECONDS``),
+or no twin (no such CPU test, e.g. different ``@dtypesIfCPU``). A twin that fails under the recording modes
+but passes without them is reported as ``trace_broke``, not as a CPU failure.
+
+Run in a child process (a test may crash or hang): ``python -m runners.cpu_trace IN OUT`` with IN a JSON object
+``{"root": CHECKOUT, "file": "test/test_x.py", "tests": [[id, cls, method, device], ...]}``; OUT gets one JSON
+line per test as it starts (``{"start": id}``) and as it ends (``{"id": id, "outcome": ..., "error": ...,
+"ops": {"aten::add.Tensor": {"dtypes": [...], "layouts": [...], "numel": n}, ...}}``), so a crash loses only
+the test that was running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TRACE_SECONDS = int(os.environ.get("CRCR_TRACE_SECONDS") or 30)  # per test
+
+
+class _Device(str):
+    """The CPU twin's device argument: equal to ``"cpu"`` everywhere, but recognisable by identity of type."""
+
+    __slots__ = ()
+
+
+DEVICE = _Device("cpu")
+
+
+def code_digest() -> str:
+    """A digest of this file: cached traces are reused only while the recording code is unchanged."""
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+
+
+def twin(method: str, device: str) -> str | None:
+    """``test_x_snpu_float32`` -> ``test_x_cpu_float32`` (the last ``_<device>`` is the device suffix)."""
+    marker = f"_{device}"
+    at = method.rfind(marker)
+    if at < 0 or not (at + len(marker) == len(method) or method[at + len(marker)] == "_"):
+        return None
+    return method[:at] + "_cpu" + method[at + len(marker) :]
+
+
+def twin_class(cls: str) -> str | None:
+    for suffix in ("PRIVATEUSE1", "CUDA", "XPU", "MPS"):
+        if cls.endswith(suffix) and len(cls) > len(suffix):
+            return cls[: -len(suffix)] + "CPU"
+    return None
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        import torch.utils.weak
+
+        self.tagged: Any = torch.utils.weak.WeakIdKeyDictionary()
+        self.ops: dict[str, dict[str, Any]] = {}
+        self.factory = 0  # > 0 inside a call made with the device argument
+        self.quiet = 0  # > 0 inside an assertion
+
+    def is_device(self, value: Any) -> bool:
+        import torch
+
+        return isinstance(value, _Device) or (isinstance(value, torch.device) and value.type == "cpu")
+
+    def tag(self, value: Any) -> None:
+        import torch
+        from torch.utils._pytree import tree_leaves
+
+        for t in tree_leaves(value):
+            if isinstance(t, torch.Tensor):
+                self.tagged[t] = True
+
+    def has_tag(self, t: Any) -> bool:
+        return t in self.tagged
+
+    def record(self, name: str, tensors: list[Any]) -> None:
+        entry = self.ops.setdefault(name, {"dtypes": set(), "layouts": set(), "numel": 0})
+        for t in tensors:
+            entry["dtypes"].add(str(t.dtype).removeprefix("torch."))
+            entry["layouts"].add(str(t.layout).removeprefix("torch."))
+            with contextlib.suppress(Exception):  # a tensor without storage (meta, sparse in construction)
+                entry["numel"] = max(entry["numel"], int(t.numel()))
+
+    def result(self) -> dict[str, Any]:
+        return {
+            name: {"dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"]}
+            for name, e in self.ops.items()
+        }
+
+
+def _modes(rec: _Recorder) -> tuple[Any, Any]:
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class Functions(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            name = getattr(func, "__name__", "")
+            to_device = rec.is_device(kwargs.get("device")) or (
+                name == "to" and any(rec.is_device(a) for a in args[1:2])
+            )
+            if name in ("cpu", "numpy") and args and isinstance(args[0], torch.Tensor) and rec.has_tag(args[0]):
+                out = func(*args, **kwargs)
+                if out is args[0] and name == "cpu":  # on the device: a copy to the host, untagged
+                    rec.quiet += 1
+                    try:
+                        out = args[0].view_as(args[0])
+                    finally:
+                        rec.quiet -= 1
+                return out
+            if not to_device:
+                return func(*args, **kwargs)
+            rec.factory += 1
+            try:
+                out = func(*args, **kwargs)
+            finally:
+                rec.factory -= 1
+            rec.tag(out)
+            return out
+
+    class Dispatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if rec.quiet:
+                return out
+            ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]
+            if not ins and not rec.factory:
+                return out
+            outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+            name = func.name()
+            rec.record(name if "::" in name else f"aten::{name}", ins + outs)
+            if name.split("::")[-1].split(".")[0] not in ("copy_",) or not outs or rec.has_tag(outs[0]):
+                rec.tag(outs)
+            return out
+
+    return Functions(), Dispatch()
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Timeout(f"the CPU twin ran longer than {TRACE_SECONDS} s")
+
+
+_ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Failure|Interrupt|Exit)\b")
+
+
+def _first_line(text: str) -> str:
+    """The exception line of a traceback (``RuntimeError: ...``), else its last line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if _ERROR_LINE.match(ln)]
+    return (errors[-1] if errors else lines[-1] if lines else "")[:300]
+
+
+def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, dict[str, Any]]:
+    """(outcome, error, ops) of one run of ``cls.method``."""
+    import unittest
+
+    rec = _Recorder()
+    result = unittest.TestResult()
+    case = cls(method)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(TRACE_SECONDS)
+    try:
+        if traced:
+            functions, dispatch = _modes(rec)
+            _quiet_assertions(rec)
+            with functions, dispatch:
+                case.run(result)
+        else:
+            case.run(result)
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+        _quiet_assertions(None)
+    problems = result.errors + result.failures
+    if any("_Timeout" in text for _, text in problems):
+        return "timeout", f"the CPU twin ran longer than {TRACE_SECONDS} s", rec.result()
+    if problems:
+        return "failed", _first_line(problems[0][1]), rec.result()
+    if result.expectedFailures:
+        return "failed", "expected failure on the CPU: " + _first_line(result.expectedFailures[0][1]), rec.result()
+    if result.skipped:
+        return "skipped", str(result.skipped[0][1])[:300], rec.result()
+    return "passed", "", rec.result()
+
+
+_ASSERT_ORIGINAL: dict[str, Any] = {}
+
+
+def _quiet_assertions(rec: _Recorder | None) -> None:
+    """While ``rec`` records, ``TestCase.assertEqual`` and ``torch.testing.assert_close`` are not recorded."""
+    from torch.testing._internal import common_utils
+
+    if "assertEqual" not in _ASSERT_ORIGINAL:
+        _ASSERT_ORIGINAL["assertEqual"] = common_utils.TestCase.assertEqual
+    original = _ASSERT_ORIGINAL["assertEqual"]
+    if rec is None:
+        common_utils.TestCase.assertEqual = original
+        return
+
+    def assert_equal(self: Any, *args: Any, **kwargs: Any) -> Any:
+        rec.quiet += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            rec.quiet -= 1
+
+    common_utils.TestCase.assertEqual = assert_equal
+
+
+def _import(root: Path, file: str) -> Any:
+    import importlib.util
+
+    path = (root / file).resolve()
+    for p in (str(path.parent), str(root / "test"), str(root)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    sys.argv = [str(path)]  # common_utils parses the command line when imported
+    from torch.testing._internal import common_device_type
+
+    common_device_type.CPUTestBase.device_type = DEVICE  # the twin's device argument, recognisable
+    name = f"crcr_traced_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> None:
+    """Trace each ``[id, cls, method, device]`` of ``file`` and ``emit`` a JSON-able line per start and end."""
+    try:
+        module = _import(root, file)
+    except BaseException as exc:  # the file does not import: every trace is lost, the static reading decides
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        emit({"import_error": f"{type(exc).__name__}: {_first_line(str(exc))}"})
+        return
+    for test_id, cls_name, method, device in tests:
+        emit({"start": test_id})
+        start = time.perf_counter()
+        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
+        cls = getattr(module, cpu_cls, None) if cpu_cls else None
+        if cls is None or cpu_method is None or not hasattr(cls, cpu_method):
+            emit({"id": test_id, "outcome": "no_twin", "error": f"no CPU test {cpu_cls}.{cpu_method}", "ops": {}})
+            continue
+        outcome, error, ops = _run_case(cls, cpu_method, traced=True)
+        if outcome == "failed":
+            plain, _, _ = _run_case(cls, cpu_method, traced=False)
+            if plain == "passed":
+                outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
+        emit({"id": test_id, "outcome": outcome, "error": error, "ops": ops,
+              "seconds": round(time.perf_counter() - start, 3), "twin": f"{cpu_cls}.{cpu_method}"})
+
+
+def main(argv: list[str]) -> int:
+    import warnings
+
+    src, dst = argv[1], argv[2]
+    request = json.loads(Path(src).read_text(encoding="utf-8"))
+    os.environ["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"  # only the CPU twins are instantiated
+    os.environ.pop("TORCH_TEST_DEVICES", None)
+    warnings.simplefilter("ignore")
+    with open(dst, "a", encoding="utf-8") as out:
+
+        def emit(line: dict[str, Any]) -> None:
+            out.write(json.dumps(line, sort_keys=True) + "\n")
+            out.flush()
+
+        trace_tests(Path(request["root"]), request["file"], request["tests"], emit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
