@@ -15,9 +15,11 @@ Each executed test is then put in a confusion matrix: planned run / skip / xfail
 resolved mode) against passed / failed / refused (the device raised its unsupported-op or
 unsupported-dtype error) / skipped (the test skipped itself, so it says nothing about the plan).
 A plan mode is confirmed when a ``run`` test passes or a ``skip``/``xfail`` test fails or is
-refused; accuracy is confirmed over executed tests. Two baselines from the same run: "run
-everything" (the share that passes) and the rules without the test-template rules
-(dtype-claims, python-refs, template-probe), undecided tests falling to the plan default (skip).
+refused; accuracy is confirmed over executed tests. Three baselines from the same run: "run
+everything" (the share that passes), the rules without the test-template rules
+(dtype-claims, python-refs, template-probe), undecided tests falling to the plan default (skip),
+and the plan without the CPU trace (``crcr select plan --no-trace``: the offline agent reads plain
+device tests statically).
 
 Files passed with --tuned are those the rules were tuned on; --held-back were not looked at
 while writing the rules: the headline figure is the held-back one.
@@ -98,17 +100,25 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
     crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
          "--out", str(plan_dir), "--no-cache")
     t_plan = time.perf_counter() - t0
+    static_dir = work / f"plan-{stem}-no-trace"
+    shutil.rmtree(static_dir, ignore_errors=True)
+    t0 = time.perf_counter()
+    crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
+         "--out", str(static_dir), "--no-cache", "--no-trace")
+    t_static = time.perf_counter() - t0
     t0 = time.perf_counter()
     if not (reuse and results.is_file()):  # the ground truth does not depend on the rules
         crcr("run", "--device", caps.device, "--pytorch-src", str(checkout), "--file", file, *k, "--shard", shard,
              "--no-rerun", "--timeout", "120", "--results", str(results))
     t_run = time.perf_counter() - t0
     plan = load_plan(plan_dir)
+    static_plan = load_plan(static_dir)
     inventory = load_inventory(inv_path).by_id()
     old_rules = tuple(r for r in R.DEFAULT_RULES if not isinstance(r, R.DtypeClaims | R.PythonRefs | R.TemplateProbe))
     matrix: Counter[tuple[str, str]] = Counter()
     base_old: Counter[tuple[str, str]] = Counter()
     base_all: Counter[tuple[str, str]] = Counter()
+    base_static: Counter[tuple[str, str]] = Counter()
     by_source: Counter[str] = Counter()
     misses: list[str] = []
     for result in json.loads(results.read_text())["tests"]:
@@ -124,11 +134,14 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
         old_mode = "skip" if old is None else ("xfail" if old.mode.startswith("xfail") else old.mode)
         base_old[(old_mode, outcome)] += 1
         base_all[("run", outcome)] += 1
+        static_mode = static_plan.resolve(result["id"]).mode
+        base_static[("xfail" if static_mode.startswith("xfail") else static_mode, outcome)] += 1
         if outcome != "skipped" and not confirmed(mode, outcome) and len(misses) < 8:
             misses.append(f"{result['id'].split('::')[-1]}: planned {mode} ({decision.reason[:90]}), "
                           f"{outcome} [{result.get('error_class') or '-'}]")
-    return {"file": file, "matrix": matrix, "old": base_old, "all_run": base_all, "by_source": by_source,
-            "misses": misses, "plan_s": t_plan, "run_s": t_run, "tests_in_file": len(inventory)}
+    return {"file": file, "matrix": matrix, "old": base_old, "all_run": base_all, "no_trace": base_static,
+            "by_source": by_source, "misses": misses, "plan_s": t_plan, "plan_no_trace_s": t_static, "run_s": t_run,
+            "tests_in_file": len(inventory)}
 
 
 def main() -> None:
@@ -155,6 +168,7 @@ def main() -> None:
             totals: Counter[tuple[str, str]] = Counter()
             old_totals: Counter[tuple[str, str]] = Counter()
             all_totals: Counter[tuple[str, str]] = Counter()
+            static_totals: Counter[tuple[str, str]] = Counter()
             for spec in files:
                 file, _, shard = spec.partition("@")  # test/test_x.py@1/4: this file's own shard
                 shard = shard or args.shard
@@ -162,11 +176,13 @@ def main() -> None:
                 totals.update(r["matrix"])
                 old_totals.update(r["old"])
                 all_totals.update(r["all_run"])
+                static_totals.update(r["no_trace"])
                 print(f"[{group}] {file}: {r['tests_in_file']} tests collected and planned, shard {shard} "
-                      f"executed; plan {r['plan_s']:.0f}s, run {r['run_s']:.0f}s; decided by {dict(r['by_source'])}")
+                      f"executed; plan {r['plan_s']:.0f}s (without the CPU trace {r['plan_no_trace_s']:.0f}s), "
+                      f"run {r['run_s']:.0f}s; decided by {dict(r['by_source'])}")
                 print(matrix_text(r["matrix"]))
-                for name, m in (("plan", r["matrix"]), ("rules without template rules", r["old"]),
-                                ("run everything", r["all_run"])):
+                for name, m in (("plan", r["matrix"]), ("plan without the CPU trace", r["no_trace"]),
+                                ("rules without template rules", r["old"]), ("run everything", r["all_run"])):
                     g, e = accuracy(m)
                     print(f"    accuracy {name}: {g}/{e} = {g / e:.3f}" if e else f"    accuracy {name}: nothing executed")
                 for miss in r["misses"]:
@@ -175,8 +191,10 @@ def main() -> None:
                 g, e = accuracy(totals)
                 go, _ = accuracy(old_totals)
                 ga, _ = accuracy(all_totals)
+                gs, _ = accuracy(static_totals)
                 if e:
-                    print(f"[{group}] all files: plan {g}/{e} = {g / e:.3f}; rules without template rules "
+                    print(f"[{group}] all files: plan {g}/{e} = {g / e:.3f}; plan without the CPU trace "
+                          f"{gs / e:.3f}; rules without template rules "
                           f"{go / e:.3f}; run everything {ga / e:.3f}; plan / run-everything = {g / max(ga, 1):.2f}x")
                 print(matrix_text(totals))
 

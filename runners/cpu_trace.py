@@ -22,7 +22,7 @@ but passes without them is reported as ``trace_broke``, not as a CPU failure.
 Run in a child process (a test may crash or hang): ``python -m runners.cpu_trace IN OUT`` with IN a JSON object
 ``{"root": CHECKOUT, "file": "test/test_x.py", "tests": [[id, cls, method, device], ...]}``; OUT gets one JSON
 line per test as it starts (``{"start": id}``) and as it ends (``{"id": id, "outcome": ..., "error": ...,
-"ops": {"aten::add.Tensor": {"dtypes": [...], "layouts": [...], "numel": n}, ...}}``), so a crash loses only
+"ops": [{"op": "aten::add.Tensor", "dtypes": [...], "layouts": [...], "numel": n}, ...]}``, in call order), so a crash loses only
 the test that was running.
 """
 
@@ -105,11 +105,12 @@ class _Recorder:
             with contextlib.suppress(Exception):  # a tensor without storage (meta, sparse in construction)
                 entry["numel"] = max(entry["numel"], int(t.numel()))
 
-    def result(self) -> dict[str, Any]:
-        return {
-            name: {"dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"]}
+    def result(self) -> list[dict[str, Any]]:
+        """One entry per aten overload, in the order the test first called it."""
+        return [
+            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"]}
             for name, e in self.ops.items()
-        }
+        ]
 
 
 def _modes(rec: _Recorder) -> tuple[Any, Any]:
@@ -181,7 +182,7 @@ def _first_line(text: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "")[:300]
 
 
-def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, dict[str, Any]]:
+def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, list[dict[str, Any]]]:
     """(outcome, error, ops) of one run of ``cls.method``."""
     import unittest
 
@@ -275,7 +276,7 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
         cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
         cls = getattr(module, cpu_cls, None) if cpu_cls else None
         if cls is None or cpu_method is None or not hasattr(cls, cpu_method):
-            emit({"id": test_id, "outcome": "no_twin", "error": f"no CPU test {cpu_cls}.{cpu_method}", "ops": {}})
+            emit({"id": test_id, "outcome": "no_twin", "error": f"no CPU test {cpu_cls}.{cpu_method}", "ops": []})
             continue
         outcome, error, ops = _run_case(cls, cpu_method, traced=True)
         if outcome == "failed":

@@ -816,8 +816,9 @@ def trace_answer(
         detail = str(trace.get("error") or "")[:80]
         return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
     caps = tools.caps
-    ops: dict[str, dict] = trace.get("ops") or {}
-    for op, seen in ops.items():
+    ops: list[dict] = [o for o in trace.get("ops") or [] if isinstance(o, dict) and isinstance(o.get("op"), str)]
+    for seen in ops:
+        op = seen["op"]
         if not trace_kernel(op, caps):
             return _trace_skip(test, twin, cap_ref, f"{op}, which {caps.device} has no kernel for"), ""
         bad = [d for d in seen.get("dtypes", ()) if refused(caps, d)]
@@ -828,7 +829,7 @@ def trace_answer(
             return _trace_skip(
                 test, twin, cap_ref, f"{op} on {layouts[0]} device tensors; {caps.device} holds strided tensors only"
             ), ""
-    shown = ", ".join(o.split("::", 1)[-1] for o in list(ops)[:6]) + (" ..." if len(ops) > 6 else "")
+    shown = ", ".join(o["op"].split("::", 1)[-1] for o in ops[:6]) + (" ..." if len(ops) > 6 else "")
     return AgentAnswer(
         id=test.id,
         mode="run",

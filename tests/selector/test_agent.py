@@ -105,7 +105,7 @@ def test_claude_agent_uses_tools_and_reports_tokens_and_cost(inventory, caps, di
     first = fake.requests[0]
     assert first["headers"].get("x-api-key") == KEY or first["headers"].get("authorization") == f"Bearer {KEY}"
     assert {t["name"] for t in first["body"]["tools"]} == {"read_test_source", "read_capabilities", "read_opinfo",
-                                                           "submit_decisions"}
+                                                           "read_cpu_trace", "submit_decisions"}
     assert "untrusted data" in first["body"]["system"]
     # the second turn carries the assistant's tool_use blocks back, then the tool results
     second = fake.requests[1]["body"]["messages"]

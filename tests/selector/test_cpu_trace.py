@@ -1,0 +1,162 @@
+"""The CPU trace: plain device tests are planned from what their CPU twin really called on device tensors
+(helpers, backward passes included), and by the static reading where there is no trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from selector.agent.offline import OfflineAgent
+from selector.agent.tools import Tools
+from selector.capabilities import load_capabilities
+from selector.plan import classify_tests
+from selector.rules import RuleContext
+from tests.selector.reading_fixtures import device_test
+
+ROOT = Path(__file__).resolve().parents[2]
+CLS = "TestTracedPRIVATEUSE1"
+FILE = "test/test_traced.py"
+
+SRC = '''
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.testing._internal.common_device_type import dtypes, instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestTraced(TestCase):
+    def _check_sum(self, device):
+        x = torch.arange(6, device=device, dtype=torch.float64)
+        self.assertEqual(x.sum().item(), 15)
+
+    def test_helper_double(self, device):
+        self._check_sum(device)
+
+    def test_group_norm_grad(self, device):
+        x = torch.randn(2, 4, 3, device=device, requires_grad=True)
+        F.group_norm(x, 2).sum().backward()
+        self.assertEqual(x.grad.shape, x.shape)
+
+    def test_host_reference(self, device):
+        expected = torch.arange(4, dtype=torch.float64) * 2
+        actual = torch.arange(4, device=device, dtype=torch.float32) * 2
+        self.assertEqual(actual.cpu().double(), expected)
+
+    @dtypes(torch.float32)
+    def test_broken_everywhere(self, device, dtype):
+        x = torch.ones(3, device=device, dtype=dtype)
+        self.assertEqual(x.sum().item(), 4)
+
+    def test_crashes(self, device):
+        os._exit(3)
+
+    def test_hangs(self, device):
+        x = torch.ones(3, device=device)
+        time.sleep(60)
+        self.assertEqual(x.sum().item(), 3)
+
+
+instantiate_device_type_tests(TestTraced, globals())
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
+TESTS = [
+    ("test_crashes", None),  # first: the tests after it in the same child still get their trace
+    ("test_helper_double", None),
+    ("test_group_norm_grad", None),
+    ("test_host_reference", None),
+    ("test_broken_everywhere", "float32"),
+    ("test_hangs", None),
+]
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """(mode, reason) per test method, planned with the CPU trace as ``crcr select plan --pytorch-src`` does."""
+    from crcr.cli.select import _attach_cpu_traces
+
+    root = tmp_path_factory.mktemp("checkout")
+    (root / "test").mkdir()
+    (root / FILE).write_text(SRC, encoding="utf-8")
+    made = [device_test(FILE, CLS, method, dtype) for method, dtype in TESTS]
+    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
+    tools = Tools(caps, {t.id: t for t in made}, root)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CRCR_TRACE_SECONDS", "3")
+        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / "data", root)
+    decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
+    return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
+
+
+@pytest.mark.parametrize(
+    ("method", "mode", "said"),
+    [
+        # a helper method builds a float64 tensor on the device: the static reading of the body cannot see it
+        ("test_helper_double", "skip", ("CPU trace", "aten::arange", "float64")),
+        # the backward pass needs a kernel snpu lacks
+        ("test_group_norm_grad", "skip", ("native_group_norm_backward", "no kernel")),
+        # the float64 reference stays on the host: it does not make the test skip
+        ("test_host_reference", "run", ("CPU trace", "passes on the CPU")),
+        ("test_broken_everywhere", "xfail", ("fails on the CPU too", "AssertionError")),
+    ],
+    ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure"],
+)
+def test_the_trace_decides(traced, method, mode, said):
+    got_mode, reason = traced[method]
+    assert got_mode == mode, reason
+    assert all(s in reason for s in said), reason
+
+
+def test_a_timed_out_trace_falls_back_to_the_static_reading(traced):
+    mode, reason = traced["test_hangs"]
+    assert "no CPU trace (the CPU twin timed out); static reading: read test source" in reason
+    assert mode == "run"  # what the static reading says of ones() and sum()
+
+
+def test_a_crashed_trace_falls_back_to_the_static_reading(traced):
+    mode, reason = traced["test_crashes"]
+    assert "no CPU trace (the CPU twin crashed the trace" in reason and "static reading" in reason
+
+
+def test_no_trace_leaves_the_static_reading_alone(cli, tmp_path):
+    """``--no-trace``: the static reading decides (it cannot see into the helper), and says nothing of a trace;
+    with the trace (the default) the helper's float64 tensor is found."""
+    from crcr.contracts.inventory import Inventory
+    from crcr.contracts.plan import load_plan
+
+    (tmp_path / "src" / "test").mkdir(parents=True)
+    (tmp_path / "src" / FILE).write_text(SRC, encoding="utf-8")
+    test = device_test(FILE, CLS, "test_helper_double", None)
+    inv = tmp_path / "inv.json"
+    Inventory(source="pytorch-src", device="snpu", tests=[test]).write(inv)
+    plans = {}
+    for flag in ("--no-trace", "--trace"):
+        out_dir = tmp_path / flag.strip("-")
+        code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", inv, "--pytorch-src", tmp_path / "src",
+                             "--out", out_dir, "--no-cache", flag)
+        assert code == 0, err
+        assert ("cpu trace: 1 plain device tests for the agent, 1 traced" in err) is (flag == "--trace")
+        plans[flag] = load_plan(out_dir).resolve(test.id)
+    assert plans["--no-trace"].mode == "run", plans["--no-trace"].reason
+    assert "CPU trace" not in plans["--no-trace"].reason
+    assert plans["--trace"].mode == "skip" and "float64" in plans["--trace"].reason
+
+
+def test_the_claude_agent_reads_a_trace_as_data(tmp_path):
+    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
+    test = device_test(FILE, CLS, "test_host_reference", None)
+    tools = Tools(caps, {test.id: test}, tmp_path)
+    before = caps.digest
+    caps.attach_cpu_traces({test.id: {"outcome": "passed", "ops": [{"op": "aten::arange.start_out",
+                                                                     "dtypes": ["float32"]}]}})
+    assert caps.digest != before  # a new trace re-plans the tests it covers
+    text = tools.dispatch("read_cpu_trace", {"test_id": test.id})
+    assert '"outcome": "passed"' in text and "aten::arange.start_out" in text
+    assert tools.dispatch("read_cpu_trace", {"test_id": "test/x.py::T::nope"}).startswith("error:")
