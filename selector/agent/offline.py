@@ -758,18 +758,22 @@ def _clip(text: str) -> str:
 
 @functools.cache
 def composite_kernel(op: str) -> bool:
-    """Whether the installed torch has a CompositeExplicitAutograd kernel for the overload ``aten::name.overload``
-    (``ones_like``, ``randn``: every backend runs it as the ops it calls). False where torch does not import."""
+    """Whether the overload ``aten::name.overload`` is a factory taking no tensor (but ``out=``) with a
+    CompositeExplicitAutograd kernel (``randn``, ``rand``): the dispatcher picks the backend from ``device=`` and
+    runs it as the ops it calls. An op taking a tensor reaches the backend's own dispatch (snpu's
+    ``__torch_dispatch__``) before any composite kernel, so it needs a kernel of its own
+    (``_has_same_storage_numel``). False where torch does not import or says neither."""
     try:
         import torch
     except Exception:
         return False
+    name, _, overload = op.split("::", 1)[-1].partition(".")
     try:
-        return any(
-            torch._C._dispatch_has_kernel_for_dispatch_key(op, key)
-            for key in ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+        schema = getattr(getattr(torch.ops.aten, name), overload or "default")._schema
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd") and not any(
+            "Tensor" in str(a.type) and not a.is_out for a in schema.arguments
         )
-    except RuntimeError:
+    except (AttributeError, RuntimeError):
         return False
 
 
