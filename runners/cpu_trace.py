@@ -97,8 +97,9 @@ class _Recorder:
     def has_tag(self, t: Any) -> bool:
         return t in self.tagged
 
-    def record(self, name: str, tensors: list[Any]) -> None:
-        entry = self.ops.setdefault(name, {"dtypes": set(), "layouts": set(), "numel": 0})
+    def record(self, name: str, tensors: list[Any], row: int = 0) -> None:
+        entry = self.ops.setdefault(name, {"dtypes": set(), "layouts": set(), "numel": 0, "row": 0})
+        entry["row"] = max(entry["row"], row)
         for t in tensors:
             entry["dtypes"].add(str(t.dtype).removeprefix("torch."))
             entry["layouts"].add(str(t.layout).removeprefix("torch."))
@@ -108,9 +109,32 @@ class _Recorder:
     def result(self) -> list[dict[str, Any]]:
         """One entry per aten overload, in the order the test first called it."""
         return [
-            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"]}
+            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"],
+             **({"row": e["row"]} if e["row"] else {})}
             for name, e in self.ops.items()
         ]
+
+
+def row_length(name: str, args: tuple[Any, ...]) -> int:
+    """The row a softmax or normalization kernel reduces over (what a device that cannot split such a row
+    must hold at once): ``native_layer_norm``'s normalized shape, ``native_group_norm``'s channels per group
+    times spatial size, ``_softmax``'s dimension; 0 for any other op."""
+    import math
+
+    base = name.split("::")[-1].split(".")[0]
+    try:
+        if base in ("native_layer_norm", "native_layer_norm_backward"):
+            shape = args[1] if base == "native_layer_norm" else args[2]
+            return int(math.prod(shape))
+        if base == "native_group_norm":
+            n_channels, spatial, groups = args[4], args[5], args[6]
+            return int(n_channels // max(groups, 1) * spatial)
+        if base in ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"):
+            tensor, dim = args[0], args[2] if "backward" in base else args[1]
+            return int(tensor.size(dim)) if tensor.dim() else 1
+    except (IndexError, TypeError, ValueError, RuntimeError):
+        return 0
+    return 0
 
 
 def _modes(rec: _Recorder) -> tuple[Any, Any]:
@@ -156,7 +180,7 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
                 return out
             outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             name = func.name()
-            rec.record(name if "::" in name else f"aten::{name}", ins + outs)
+            rec.record(name if "::" in name else f"aten::{name}", ins + outs, row_length(name, args))
             if name.split("::")[-1].split(".")[0] not in ("copy_",) or not outs or rec.has_tag(outs[0]):
                 rec.tag(outs)
             return out
@@ -288,13 +312,10 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
 
 
 def main(argv: list[str]) -> int:
-    import warnings
-
     src, dst = argv[1], argv[2]
     request = json.loads(Path(src).read_text(encoding="utf-8"))
     os.environ["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"  # only the CPU twins are instantiated
-    os.environ.pop("TORCH_TEST_DEVICES", None)
-    warnings.simplefilter("ignore")
+    os.environ.pop("TORCH_TEST_DEVICES", None)  # warning filters stay as they are: tests record warnings
     with open(dst, "a", encoding="utf-8") as out:
 
         def emit(line: dict[str, Any]) -> None:

@@ -801,8 +801,8 @@ def trace_answer(
     """The decision a test's CPU trace supports (``runners.cpu_trace``), or None and why it cannot decide.
 
     Passed on the CPU: ``run`` when every aten op called on device tensors (backward ops included) has a kernel,
-    no device tensor has a refused dtype and all are strided; else ``skip`` naming the first op, dtype or layout
-    missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
+    no device tensor has a refused dtype, all are strided and no softmax or norm row is longer than the capability
+    file's ``limits.max_softmax_norm_row_elements``; else ``skip`` naming the first op, dtype, row or layout missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
     """
     if trace is None:
         return None, "none recorded"
@@ -821,6 +821,8 @@ def trace_answer(
         return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
     caps = tools.caps
     ops: list[dict] = [o for o in trace.get("ops") or [] if isinstance(o, dict) and isinstance(o.get("op"), str)]
+    row_limits = caps.limits.get("max_softmax_norm_row_elements") or {}
+    row_limits = row_limits if isinstance(row_limits, dict) else {}
     for seen in ops:
         op = seen["op"]
         if not trace_kernel(op, caps):
@@ -828,6 +830,17 @@ def trace_answer(
         bad = [d for d in seen.get("dtypes", ()) if refused(caps, d)]
         if bad:
             return _trace_skip(test, twin, cap_ref, f"{op} on {bad[0]} device tensors, a dtype {caps.device} refuses"), ""
+        too_long = [
+            (d, limit)
+            for d in seen.get("dtypes", ())
+            if isinstance(limit := row_limits.get(d), int) and int(seen.get("row") or 0) > limit
+        ]
+        if too_long:
+            d, limit = too_long[0]
+            return _trace_skip(
+                test, twin, cap_ref, f"{op} on rows of {seen['row']} {d} elements; {caps.device} holds at most "
+                f"{limit} (limits.max_softmax_norm_row_elements)"
+            ), ""
         layouts = [lay for lay in seen.get("layouts", ()) if lay != "strided"]
         if layouts:
             return _trace_skip(

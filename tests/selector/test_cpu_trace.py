@@ -22,6 +22,7 @@ FILE = "test/test_traced.py"
 SRC = '''
 import os
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,17 @@ class TestTraced(TestCase):
         x = torch.ones(3, device=device, dtype=dtype)
         self.assertEqual(x.sum().item(), 4)
 
+    def test_long_softmax_row(self, device):
+        x = torch.randn(2, 200_000, device=device)
+        self.assertEqual(x.softmax(-1).sum().item(), 2, atol=1e-3, rtol=0)
+
+    def test_records_a_warning(self, device):
+        x = torch.ones(3, device=device)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.warn("careful")
+        self.assertEqual(len(w), 1)
+        self.assertEqual(x.sum().item(), 3)
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -74,6 +86,8 @@ TESTS = [
     ("test_host_reference", None),
     ("test_broken_everywhere", "float32"),
     ("test_hangs", None),
+    ("test_long_softmax_row", None),
+    ("test_records_a_warning", None),
 ]
 
 
@@ -105,8 +119,13 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         # the float64 reference stays on the host: it does not make the test skip
         ("test_host_reference", "run", ("CPU trace", "passes on the CPU")),
         ("test_broken_everywhere", "xfail", ("fails on the CPU too", "AssertionError")),
+        # a softmax row longer than the device holds at once (limits.max_softmax_norm_row_elements)
+        ("test_long_softmax_row", "skip", ("aten::_softmax", "rows of 200000 float32")),
+        # the twin runs with the warning filters a test expects
+        ("test_records_a_warning", "run", ("passes on the CPU",)),
     ],
-    ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure"],
+    ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
+         "warnings-recorded"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
