@@ -116,9 +116,9 @@ class _Recorder:
 
 
 def row_length(name: str, args: tuple[Any, ...]) -> int:
-    """The row a softmax or normalization kernel reduces over (what a device that cannot split such a row
-    must hold at once): ``native_layer_norm``'s normalized shape, ``native_group_norm``'s channels per group
-    times spatial size, ``_softmax``'s dimension; 0 for any other op."""
+    """The row a softmax or layer-norm kernel reduces over (what a device that cannot split such a row must hold
+    at once, snpu's ``limits.max_softmax_norm_row_elements``): ``native_layer_norm``'s normalized shape,
+    ``_softmax``'s dimension; 0 for any other op (snpu's group norm does not plan by rows)."""
     import math
 
     base = name.split("::")[-1].split(".")[0]
@@ -126,10 +126,7 @@ def row_length(name: str, args: tuple[Any, ...]) -> int:
         if base in ("native_layer_norm", "native_layer_norm_backward"):
             shape = args[1] if base == "native_layer_norm" else args[2]
             return int(math.prod(shape))
-        if base == "native_group_norm":
-            n_channels, spatial, groups = args[4], args[5], args[6]
-            return int(n_channels // max(groups, 1) * spatial)
-        if base in ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_backward_data"):
+        if base in ("_softmax", "_log_softmax", "_safe_softmax", "_softmax_backward_data", "_log_softmax_backward_data"):
             tensor, dim = args[0], args[2] if "backward" in base else args[1]
             return int(tensor.size(dim)) if tensor.dim() else 1
     except (IndexError, TypeError, ValueError, RuntimeError):
