@@ -11,8 +11,8 @@ backward passes included, which a static reading of the body cannot follow:
   ``"cpu"`` or a tensor built without a device stays on the host), or with a ``torch.device`` of the CPU;
 * a ``TorchDispatchMode`` (below autograd, after CompositeImplicitAutograd decomposition, backward ops too)
   records each aten overload called on a tagged tensor, with the dtypes and layouts of the tagged tensors and
-  the largest tagged numel, and tags the outputs of every op with a tagged input (``.cpu()`` of a tagged tensor
-  gives an untagged alias: on the device it is a copy to the host). Assertions (``assertEqual``) are not
+  the largest tagged numel, and tags the outputs of every op with a tagged input (``.cpu()`` or ``.to("cpu")`` of a
+  tagged tensor gives an untagged alias: on the device it is a copy to the host). Assertions (``assertEqual``) are not
   recorded: they compare, they are not the test's device work.
 
 The twin's outcome is recorded too: passed, failed (first error line), skipped, timed out (``TRACE_SECONDS``),
@@ -134,6 +134,11 @@ def row_length(name: str, args: tuple[Any, ...]) -> int:
     return 0
 
 
+def _host_string(value: Any) -> bool:
+    """A literal ``"cpu"`` (``t.to("cpu")``), not the twin's device argument: on the device, a copy to the host."""
+    return isinstance(value, str) and not isinstance(value, _Device) and value.split(":")[0] == "cpu"
+
+
 def _modes(rec: _Recorder) -> tuple[Any, Any]:
     import torch
     from torch.overrides import TorchFunctionMode
@@ -147,9 +152,12 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
             to_device = rec.is_device(kwargs.get("device")) or (
                 name == "to" and any(rec.is_device(a) for a in args[1:2])
             )
-            if name in ("cpu", "numpy") and args and isinstance(args[0], torch.Tensor) and rec.has_tag(args[0]):
+            to_host = name == "cpu" or (
+                name == "to" and any(_host_string(a) for a in (*args[1:2], kwargs.get("device")))
+            )
+            if to_host and args and isinstance(args[0], torch.Tensor) and rec.has_tag(args[0]):
                 out = func(*args, **kwargs)
-                if out is args[0] and name == "cpu":  # on the device: a copy to the host, untagged
+                if out is args[0]:  # on the device: a copy to the host, untagged
                     rec.quiet += 1
                     try:
                         out = args[0].view_as(args[0])

@@ -64,6 +64,10 @@ class TestTraced(TestCase):
         self.assertEqual(len(w), 1)
         self.assertEqual(x.sum().item(), 3)
 
+    def test_result_back_on_the_host(self, device):
+        x = torch.ones(3, device=device) * 2
+        self.assertEqual(x.to("cpu").double().sum().item(), 6)
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -88,6 +92,7 @@ TESTS = [
     ("test_hangs", None),
     ("test_long_softmax_row", None),
     ("test_records_a_warning", None),
+    ("test_result_back_on_the_host", None),
 ]
 
 
@@ -123,9 +128,11 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         ("test_long_softmax_row", "skip", ("aten::_softmax", "rows of 200000 float32")),
         # the twin runs with the warning filters a test expects
         ("test_records_a_warning", "run", ("passes on the CPU",)),
+        # .to("cpu") copies to the host: the float64 made there is no device tensor
+        ("test_result_back_on_the_host", "run", ("passes on the CPU",)),
     ],
     ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
-         "warnings-recorded"],
+         "warnings-recorded", "to-cpu-is-host"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
