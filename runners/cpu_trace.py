@@ -21,9 +21,8 @@ but passes without them is reported as ``trace_broke``, not as a CPU failure.
 
 Run in a child process (a test may crash or hang): ``python -m runners.cpu_trace IN OUT`` with IN a JSON object
 ``{"root": CHECKOUT, "file": "test/test_x.py", "tests": [[id, cls, method, device], ...]}``; OUT gets one JSON
-line per test as it starts (``{"start": id}``) and as it ends (``{"id": id, "outcome": ..., "error": ...,
-"ops": [{"op": "aten::add.Tensor", "dtypes": [...], "layouts": [...], "numel": n}, ...]}``, in call order), so a crash loses only
-the test that was running.
+line per test as it starts (``{"start": id}``) and as it ends (a ``crcr.contracts.cputrace.CpuTrace``: outcome,
+error, twin, and the ops in call order), so a crash loses only the test that was running.
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from crcr.contracts.cputrace import CpuTrace, TraceOp
 
 TRACE_SECONDS = int(os.environ.get("CRCR_TRACE_SECONDS") or 30)  # per test
 
@@ -305,15 +306,16 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
         cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
         cls = getattr(module, cpu_cls, None) if cpu_cls else None
         if cls is None or cpu_method is None or not hasattr(cls, cpu_method):
-            emit({"id": test_id, "outcome": "no_twin", "error": f"no CPU test {cpu_cls}.{cpu_method}", "ops": []})
+            emit(CpuTrace(id=test_id, outcome="no_twin", error=f"no CPU test {cpu_cls}.{cpu_method}").model_dump())
             continue
         outcome, error, ops = _run_case(cls, cpu_method, traced=True)
         if outcome == "failed":
             plain, _, _ = _run_case(cls, cpu_method, traced=False)
             if plain == "passed":
                 outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
-        emit({"id": test_id, "outcome": outcome, "error": error, "ops": ops,
-              "seconds": round(time.perf_counter() - start, 3), "twin": f"{cpu_cls}.{cpu_method}"})
+        trace = CpuTrace(id=test_id, outcome=outcome, error=error, ops=[TraceOp(**o) for o in ops],
+                         seconds=round(time.perf_counter() - start, 3), twin=f"{cpu_cls}.{cpu_method}")
+        emit(trace.model_dump(exclude_none=True))
 
 
 def main(argv: list[str]) -> int:

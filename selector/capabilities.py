@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from crcr.contracts.cputrace import CpuTrace
 from crcr.errors import ConfigError
 
 MAX_CAPABILITY_BYTES = 16 * 1024 * 1024
@@ -53,7 +54,7 @@ class Capabilities:
     template_reads: dict[str, str] = field(default_factory=dict)
     # CPU traces of the plain device tests the agent decides (test id -> what its CPU twin did); None when no
     # trace was asked for (``--no-trace``, or a device that does not run here)
-    cpu_traces: dict[str, dict] | None = None
+    cpu_traces: dict[str, CpuTrace] | None = None
 
     def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None) -> None:
         """Plan from these probe answers too; the digest (and so the plan cache's context) covers them."""
@@ -63,10 +64,11 @@ class Capabilities:
                                                  sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:{probe_digest}".encode()).hexdigest()[:16]
 
-    def attach_cpu_traces(self, traces: dict[str, dict]) -> None:
+    def attach_cpu_traces(self, traces: dict[str, CpuTrace]) -> None:
         """Plan plain device tests from these CPU traces (``runners.cpu_trace``); the digest covers them."""
         self.cpu_traces = dict(traces)
-        trace_digest = hashlib.sha256(json.dumps(self.cpu_traces, sort_keys=True).encode()).hexdigest()
+        evidence = {k: v.evidence() for k, v in self.cpu_traces.items()}
+        trace_digest = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:trace:{trace_digest}".encode()).hexdigest()[:16]
 
     @property

@@ -316,14 +316,17 @@ def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
     return [t for t in inv.tests if not t.op and t.cls and t.device and classify(t, ctx) is None]
 
 
-def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, dict]:
+def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, Any]:
     """Run ``runners.cpu_trace`` over ``chunk``; a test that crashes the child is recorded as crashed and the
     rest run again in a fresh child; a child that makes no progress loses the rest (recorded as lost)."""
     import subprocess
 
+    from pydantic import ValidationError
+
+    from crcr.contracts.cputrace import CpuTrace
     from runners.cpu_trace import TRACE_SECONDS
 
-    got: dict[str, dict] = {}
+    got: dict[str, CpuTrace] = {}
     pending = list(chunk)
     while pending:
         src, dst = tmp / "in.json", tmp / "out.jsonl"
@@ -341,21 +344,21 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
         started: list[str] = []
         lines = dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []
         for line in lines:
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, ValidationError):  # a torn last line is a crash's
                 rec = json.loads(line)
                 if "import_error" in rec:
                     stderr = rec["import_error"]
                 elif "start" in rec:
                     started.append(rec["start"])
                 elif "id" in rec:
-                    got[rec["id"]] = rec
-        unfinished = [i for i in started if i not in got]
-        for i in unfinished:  # started, never ended: this test took the child down
-            got[i] = {"outcome": "crashed", "error": (stderr.strip().splitlines() or ["no output"])[-1][:200]}
+                    got[rec["id"]] = CpuTrace.model_validate(rec)
+        last = (stderr.strip().splitlines() or ["no output"])[-1][:200]
+        for i in started:
+            if i not in got:  # started, never ended: this test took the child down
+                got[i] = CpuTrace(id=i, outcome="crashed", error=last)
         rest = [t for t in pending if t.id not in got]
         if len(rest) == len(pending):  # no progress at all: the file does not import, or the child died at once
-            for t in rest:
-                got[t.id] = {"outcome": "lost", "error": (stderr.strip().splitlines() or ["no output"])[-1][:200]}
+            got.update({t.id: CpuTrace(id=t.id, outcome="lost", error=last) for t in rest})
             break
         pending = rest
     return got
@@ -368,6 +371,10 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     import hashlib
     import time
     from importlib.metadata import version
+
+    from pydantic import ValidationError
+
+    from crcr.contracts.cputrace import CpuTrace
 
     if caps.device != "snpu":
         typer.echo(f"cpu trace: none for device {caps.device} (it does not run on this machine); the agent reads "
@@ -383,7 +390,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     root = pytorch_src.resolve()
     code_root = str(Path(runners.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)}
-    traces: dict[str, dict] = {}
+    traces: dict[str, CpuTrace] = {}
     ran = reused = 0
     start = time.perf_counter()
     for file, tests in sorted(by_file.items()):
@@ -393,10 +400,12 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         key = hashlib.sha256(f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{version('torch')}:{code_digest()}"
                              .encode()).hexdigest()[:16]
         cache_path = data_dir / "selector" / f"cpu-trace-{key}.json"
-        cached: dict[str, dict] = {}
+        cached: dict[str, CpuTrace] = {}
         if cache_path.is_file():
             with contextlib.suppress(ValueError, OSError):
-                cached = dict(json.loads(cache_path.read_text(encoding="utf-8")))
+                for tid, rec in dict(json.loads(cache_path.read_text(encoding="utf-8"))).items():
+                    with contextlib.suppress(ValidationError):  # an entry of another shape is traced again
+                        cached[tid] = CpuTrace.model_validate(rec)
         missing = [t for t in tests if t.id not in cached]
         reused += len(tests) - len(missing)
         with tempfile.TemporaryDirectory(prefix="crcr-trace-") as tmp:
@@ -405,12 +414,13 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                 typer.echo(f"cpu trace: {file} {n + len(chunk)}/{len(missing)} CPU twins ...", err=True)
                 cached.update(_trace_chunk(root, file, chunk, env, Path(tmp)))
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
-                cache_path.write_text(json.dumps(cached, sort_keys=True), encoding="utf-8")  # after every chunk
+                cache_path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
+                                                 sort_keys=True), encoding="utf-8")  # after every chunk
                 ran += len(chunk)
         traces.update({t.id: cached[t.id] for t in tests if t.id in cached})
     outcomes: dict[str, int] = {}
     for rec in traces.values():
-        outcomes[rec.get("outcome", "?")] = outcomes.get(rec.get("outcome", "?"), 0) + 1
+        outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
     typer.echo(f"cpu trace: {len(wanted)} plain device tests for the agent, {ran} traced "
                f"({time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
                + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)

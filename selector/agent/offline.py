@@ -14,6 +14,7 @@ import functools
 import importlib
 import re
 
+from crcr.contracts.cputrace import CpuTrace
 from crcr.contracts.inventory import InventoryTest
 from selector.agent.base import MAX_REASON_CHARS, AgentAnswer, Usage
 from selector.agent.tools import Tools
@@ -796,7 +797,7 @@ _TRACE_LOST = {
 
 
 def trace_answer(
-    test: InventoryTest, trace: dict | None, tools: Tools, cap_ref: str
+    test: InventoryTest, trace: CpuTrace | None, tools: Tools, cap_ref: str
 ) -> tuple[AgentAnswer | None, str]:
     """The decision a test's CPU trace supports (``runners.cpu_trace``), or None and why it cannot decide.
 
@@ -806,47 +807,45 @@ def trace_answer(
     """
     if trace is None:
         return None, "none recorded"
-    outcome = trace.get("outcome")
-    twin = trace.get("twin") or "its CPU twin"
+    outcome = trace.outcome
+    twin = trace.twin or "its CPU twin"
     if outcome == "failed":
         return AgentAnswer(
             id=test.id,
             mode="xfail",
             confidence="medium",
-            reason=_clip(f"[agent:offline] read the CPU trace of {twin}: fails on the CPU too: {trace.get('error')}"),
+            reason=_clip(f"[agent:offline] read the CPU trace of {twin}: fails on the CPU too: {trace.error}"),
         ), ""
     if outcome != "passed":
-        why = _TRACE_LOST.get(str(outcome), str(outcome))
-        detail = str(trace.get("error") or "")[:80]
+        why = _TRACE_LOST.get(outcome, outcome)
+        detail = trace.error[:80]
         return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
     caps = tools.caps
-    ops: list[dict] = [o for o in trace.get("ops") or [] if isinstance(o, dict) and isinstance(o.get("op"), str)]
+    ops = trace.ops
     row_limits = caps.limits.get("max_softmax_norm_row_elements") or {}
     row_limits = row_limits if isinstance(row_limits, dict) else {}
     for seen in ops:
-        op = seen["op"]
+        op = seen.op
         if not trace_kernel(op, caps):
             return _trace_skip(test, twin, cap_ref, f"{op}, which {caps.device} has no kernel for"), ""
-        bad = [d for d in seen.get("dtypes", ()) if refused(caps, d)]
+        bad = [d for d in seen.dtypes if refused(caps, d)]
         if bad:
             return _trace_skip(test, twin, cap_ref, f"{op} on {bad[0]} device tensors, a dtype {caps.device} refuses"), ""
         too_long = [
-            (d, limit)
-            for d in seen.get("dtypes", ())
-            if isinstance(limit := row_limits.get(d), int) and int(seen.get("row") or 0) > limit
+            (d, limit) for d in seen.dtypes if isinstance(limit := row_limits.get(d), int) and (seen.row or 0) > limit
         ]
         if too_long:
             d, limit = too_long[0]
             return _trace_skip(
-                test, twin, cap_ref, f"{op} on rows of {seen['row']} {d} elements; {caps.device} holds at most "
+                test, twin, cap_ref, f"{op} on rows of {seen.row} {d} elements; {caps.device} holds at most "
                 f"{limit} (limits.max_softmax_norm_row_elements)"
             ), ""
-        layouts = [lay for lay in seen.get("layouts", ()) if lay != "strided"]
+        layouts = [lay for lay in seen.layouts if lay != "strided"]
         if layouts:
             return _trace_skip(
                 test, twin, cap_ref, f"{op} on {layouts[0]} device tensors; {caps.device} holds strided tensors only"
             ), ""
-    shown = ", ".join(o["op"].split("::", 1)[-1] for o in ops[:6]) + (" ..." if len(ops) > 6 else "")
+    shown = ", ".join(o.op.split("::", 1)[-1] for o in ops[:6]) + (" ..." if len(ops) > 6 else "")
     return AgentAnswer(
         id=test.id,
         mode="run",

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from crcr.contracts.cputrace import CpuTrace
 from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.inventory.opinfo import OpInfoEntry, scan
@@ -104,7 +105,7 @@ class Tools:
             summary["ops"] = {op: self.supports(op) for op in ops[:100]}
         return _bounded(json.dumps(summary, sort_keys=True, default=str))
 
-    def cpu_trace(self, test_id: str) -> dict[str, Any] | None:
+    def cpu_trace(self, test_id: str) -> CpuTrace | None:
         """The CPU trace recorded for the test, None when none was asked for or it was lost."""
         traces = self.caps.cpu_traces
         return traces.get(test_id) if traces is not None else None
@@ -112,7 +113,7 @@ class Tools:
     def read_cpu_trace(self, test_id: str) -> str | None:
         self.calls.append(f"read_cpu_trace({test_id})")
         found = self.cpu_trace(test_id)
-        return _bounded(json.dumps(found, sort_keys=True)) if found is not None else None
+        return _bounded(json.dumps(found.evidence(), sort_keys=True)) if found is not None else None
 
     def read_opinfo(self, op: str) -> str | None:
         self.calls.append(f"read_opinfo({op})")

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from crcr.contracts.cputrace import CpuTrace, TraceOp
 from selector.agent.offline import OfflineAgent
 from selector.agent.tools import Tools
 from selector.capabilities import load_capabilities
@@ -180,8 +181,8 @@ def test_the_claude_agent_reads_a_trace_as_data(tmp_path):
     test = device_test(FILE, CLS, "test_host_reference", None)
     tools = Tools(caps, {test.id: test}, tmp_path)
     before = caps.digest
-    caps.attach_cpu_traces({test.id: {"outcome": "passed", "ops": [{"op": "aten::arange.start_out",
-                                                                     "dtypes": ["float32"]}]}})
+    caps.attach_cpu_traces({test.id: CpuTrace(outcome="passed", ops=[TraceOp(op="aten::arange.start_out",
+                                                                              dtypes=["float32"])])})
     assert caps.digest != before  # a new trace re-plans the tests it covers
     text = tools.dispatch("read_cpu_trace", {"test_id": test.id})
     assert '"outcome": "passed"' in text and "aten::arange.start_out" in text
