@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+CPU_TRACE_SCHEMA_VERSION = 1
 TraceOutcome = Literal["passed", "failed", "skipped", "timeout", "no_twin", "trace_broke", "crashed", "lost"]
 
 
@@ -32,6 +33,7 @@ class CpuTrace(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    schema_version: Literal[1] = CPU_TRACE_SCHEMA_VERSION
     id: str | None = Field(None, description="the device test's pytest id")
     outcome: TraceOutcome
     error: str = Field("", description="the exception line, or why there is no trace")
