@@ -186,9 +186,13 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
                 return out
             outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
             name = func.name()
-            rec.record(name if "::" in name else f"aten::{name}", ins + outs, row_length(name, args))
-            if name.split("::")[-1].split(".")[0] not in ("copy_",) or not outs or rec.has_tag(outs[0]):
-                rec.tag(outs)
+            # a copy into a host tensor (``host.copy_(device_tensor)``) leaves that tensor on the host
+            to_host = (
+                name.split("::")[-1].split(".")[0] == "copy_" and outs and not rec.has_tag(outs[0]) and not rec.factory
+            )
+            device_outs = [] if to_host else outs
+            rec.record(name if "::" in name else f"aten::{name}", ins + device_outs, row_length(name, args))
+            rec.tag(device_outs)
             return out
 
     return Functions(), Dispatch()
