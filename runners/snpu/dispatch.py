@@ -34,7 +34,7 @@ import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 
 from runners.snpu import counters
-from runners.snpu.errors import SnpuDtypeError, SnpuUnsupportedOpError
+from runners.snpu.errors import SnpuDtypeError, SnpuKernelResultError, SnpuUnsupportedOpError
 from runners.snpu.tensor import SnpuTensor
 
 log = logging.getLogger("runners.snpu")
@@ -303,6 +303,7 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
                 torch.set_num_threads(threads)
     if isinstance(out, _Raw):
         return out.value
+    check_result(func, out)
     for t in _iter_tensors(out if isinstance(out, (tuple, list)) else (out,), {}):
         if t.dtype in REFUSED_DTYPES and not isinstance(t, SnpuTensor):
             # e.g. a real tensor times a complex 0-dim tensor a kernel let through
@@ -316,6 +317,47 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
         if torch.Tag.inplace_view in func.tags:
             return args[0]
     return return_and_correct_aliasing(func, args, kwargs, wrap(out))
+
+
+def check_result(func: torch._ops.OpOverload, out: Any) -> None:
+    """Refuse a kernel result that is not what the op's schema returns, naming the op.
+
+    Without it a kernel returning a wrong value surfaces far away (inside autograd as
+    ``Unable to cast ... to Tensor``, with no op named).
+    """
+    returns = func._schema.returns
+    if not returns:
+        return
+    if len(returns) > 1:
+        if not isinstance(out, (tuple, list)) or len(out) != len(returns):
+            raise SnpuKernelResultError(
+                func.name(), f"returned {_describe(out)} where the schema returns {len(returns)} values"
+            )
+        values = tuple(out)
+    else:
+        values = (out,)
+    for ret, value in zip(returns, values, strict=True):
+        kind = ret.type.kind()
+        if value is None and kind in ("OptionalType", "TensorType"):
+            continue  # None is an undefined tensor (a backward's output_mask=False slot)
+        if kind == "OptionalType":
+            kind = ret.type.getElementType().kind()
+        if kind == "TensorType" and not isinstance(value, torch.Tensor):
+            raise SnpuKernelResultError(func.name(), f"returned {_describe(value)} where the schema returns a Tensor")
+        if (
+            kind == "ListType"
+            and ret.type.getElementType().kind() == "TensorType"
+            and not (isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value))
+        ):
+            raise SnpuKernelResultError(
+                func.name(), f"returned {_describe(value)} where the schema returns a list of Tensors"
+            )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__} ({str(value)[:60]!r})" if isinstance(value, str) else f"a {type(value).__name__}"
 
 
 def _resync(t: SnpuTensor) -> None:
