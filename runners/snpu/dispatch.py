@@ -57,9 +57,14 @@ class Kernel:
     # "whole" (one whole-tensor operation on device memory, costed as one DMA) or
     # "view" (no data moves)
     execution: str = "whole"
+    # a row-wise kernel that holds a whole row in one tile and cannot split it: "row" when
+    # the tile also holds an output row (softmax, layer_norm), "one" for one value per row
+    # (argmax, nll_loss); the capability file states its longest row (limits.row_limits)
+    whole_row: str | None = None
 
 
 EXECUTIONS = ("tiled", "whole", "view")
+WHOLE_ROWS = ("row", "one")
 
 
 class DuplicateKernelError(RuntimeError):
@@ -89,15 +94,18 @@ _MIXED_DEVICE_OK = frozenset(
 
 
 def register(
-    *names: str, category: str, execution: str, keep_device: bool = False
+    *names: str, category: str, execution: str, keep_device: bool = False, whole_row: str | None = None
 ) -> Callable[[KernelFn], KernelFn]:
     """Register ``fn`` as the snpu kernel of each aten name (overload or packet).
 
-    ``execution`` says how the kernel runs (see ``Kernel``). A name registered twice
-    raises ``DuplicateKernelError``: the second kernel would silently replace the first.
+    ``execution`` says how the kernel runs, ``whole_row`` whether it needs a whole row in
+    one tile (see ``Kernel``). A name registered twice raises ``DuplicateKernelError``:
+    the second kernel would silently replace the first.
     """
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {EXECUTIONS}, not {execution!r}")
+    if whole_row is not None and whole_row not in WHOLE_ROWS:
+        raise ValueError(f"whole_row must be one of {WHOLE_ROWS} or None, not {whole_row!r}")
 
     def deco(fn: KernelFn) -> KernelFn:
         fulls = [name if "::" in name else f"aten::{name}" for name in names]
@@ -108,7 +116,7 @@ def register(
                 f"(existing: {', '.join(KERNELS[n].category for n in repeated if n in KERNELS) or 'same call'})"
             )
         for full in fulls:
-            KERNELS[full] = Kernel(full, fn, category, keep_device, execution)
+            KERNELS[full] = Kernel(full, fn, category, keep_device, execution, whole_row)
         return fn
 
     return deco
