@@ -108,6 +108,28 @@ def limits() -> dict[str, Any]:
         },
         "memory_bandwidth_bytes_per_s": m.memory_bandwidth_bytes_per_s,
         "max_softmax_norm_row_elements": row_max,
+        "row_limits": row_limits(),
+    }
+
+
+def row_limits() -> dict[str, dict[str, int]]:
+    """For each kernel that holds a whole row in one tile, the longest row it accepts per
+    native float dtype (elements); a longer row raises ``SnpuPlanError``."""
+    from runners.snpu import install, machine
+    from runners.snpu.dispatch import KERNELS
+    from runners.snpu.planner import longest_row
+
+    install()
+    m = machine.current()
+    longest = {
+        (name, kind): longest_row(getattr(torch, name), m, output_row=kind == "row")
+        for name in ("float32", "float16", "bfloat16")
+        for kind in ("row", "one")
+    }
+    return {
+        op: {name: longest[(name, kernel.whole_row)] for name in ("float32", "float16", "bfloat16")}
+        for op, kernel in sorted(KERNELS.items())
+        if kernel.whole_row is not None
     }
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from runners.snpu import dispatch, machine, memory, tensor
+from runners.snpu import backward, dispatch, machine, memory, tensor
 from runners.snpu.errors import SnpuDtypeError, SnpuInstallError, SnpuStorageError
 
 NAME = "snpu"
@@ -209,6 +209,7 @@ def install() -> None:
 
         register_autograd_kernels(lib)
         _guard_storage_allocation()
+        backward.install()  # snpu errors inside backward() keep their type
 
         _installed = True
 

@@ -34,7 +34,7 @@ import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 
 from runners.snpu import counters
-from runners.snpu.errors import SnpuDtypeError, SnpuUnsupportedOpError
+from runners.snpu.errors import SnpuDtypeError, SnpuKernelResultError, SnpuUnsupportedOpError
 from runners.snpu.tensor import SnpuTensor
 
 log = logging.getLogger("runners.snpu")
@@ -57,9 +57,14 @@ class Kernel:
     # "whole" (one whole-tensor operation on device memory, costed as one DMA) or
     # "view" (no data moves)
     execution: str = "whole"
+    # a row-wise kernel that holds a whole row in one tile and cannot split it: "row" when
+    # the tile also holds an output row (softmax, layer_norm), "one" for one value per row
+    # (argmax, nll_loss); the capability file states its longest row (limits.row_limits)
+    whole_row: str | None = None
 
 
 EXECUTIONS = ("tiled", "whole", "view")
+WHOLE_ROWS = ("row", "one")
 
 
 class DuplicateKernelError(RuntimeError):
@@ -89,15 +94,18 @@ _MIXED_DEVICE_OK = frozenset(
 
 
 def register(
-    *names: str, category: str, execution: str, keep_device: bool = False
+    *names: str, category: str, execution: str, keep_device: bool = False, whole_row: str | None = None
 ) -> Callable[[KernelFn], KernelFn]:
     """Register ``fn`` as the snpu kernel of each aten name (overload or packet).
 
-    ``execution`` says how the kernel runs (see ``Kernel``). A name registered twice
-    raises ``DuplicateKernelError``: the second kernel would silently replace the first.
+    ``execution`` says how the kernel runs, ``whole_row`` whether it needs a whole row in
+    one tile (see ``Kernel``). A name registered twice raises ``DuplicateKernelError``:
+    the second kernel would silently replace the first.
     """
     if execution not in EXECUTIONS:
         raise ValueError(f"execution must be one of {EXECUTIONS}, not {execution!r}")
+    if whole_row is not None and whole_row not in WHOLE_ROWS:
+        raise ValueError(f"whole_row must be one of {WHOLE_ROWS} or None, not {whole_row!r}")
 
     def deco(fn: KernelFn) -> KernelFn:
         fulls = [name if "::" in name else f"aten::{name}" for name in names]
@@ -108,7 +116,7 @@ def register(
                 f"(existing: {', '.join(KERNELS[n].category for n in repeated if n in KERNELS) or 'same call'})"
             )
         for full in fulls:
-            KERNELS[full] = Kernel(full, fn, category, keep_device, execution)
+            KERNELS[full] = Kernel(full, fn, category, keep_device, execution, whole_row)
         return fn
 
     return deco
@@ -303,6 +311,7 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
                 torch.set_num_threads(threads)
     if isinstance(out, _Raw):
         return out.value
+    check_result(func, out)
     for t in _iter_tensors(out if isinstance(out, (tuple, list)) else (out,), {}):
         if t.dtype in REFUSED_DTYPES and not isinstance(t, SnpuTensor):
             # e.g. a real tensor times a complex 0-dim tensor a kernel let through
@@ -316,6 +325,47 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
         if torch.Tag.inplace_view in func.tags:
             return args[0]
     return return_and_correct_aliasing(func, args, kwargs, wrap(out))
+
+
+def check_result(func: torch._ops.OpOverload, out: Any) -> None:
+    """Refuse a kernel result that is not what the op's schema returns, naming the op.
+
+    Without it a kernel returning a wrong value surfaces far away (inside autograd as
+    ``Unable to cast ... to Tensor``, with no op named).
+    """
+    returns = func._schema.returns
+    if not returns:
+        return
+    if len(returns) > 1:
+        if not isinstance(out, (tuple, list)) or len(out) != len(returns):
+            raise SnpuKernelResultError(
+                func.name(), f"returned {_describe(out)} where the schema returns {len(returns)} values"
+            )
+        values = tuple(out)
+    else:
+        values = (out,)
+    for ret, value in zip(returns, values, strict=True):
+        kind = ret.type.kind()
+        if value is None and kind in ("OptionalType", "TensorType"):
+            continue  # None is an undefined tensor (a backward's output_mask=False slot)
+        if kind == "OptionalType":
+            kind = ret.type.getElementType().kind()
+        if kind == "TensorType" and not isinstance(value, torch.Tensor):
+            raise SnpuKernelResultError(func.name(), f"returned {_describe(value)} where the schema returns a Tensor")
+        if (
+            kind == "ListType"
+            and ret.type.getElementType().kind() == "TensorType"
+            and not (isinstance(value, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in value))
+        ):
+            raise SnpuKernelResultError(
+                func.name(), f"returned {_describe(value)} where the schema returns a list of Tensors"
+            )
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__name__} ({str(value)[:60]!r})" if isinstance(value, str) else f"a {type(value).__name__}"
 
 
 def _resync(t: SnpuTensor) -> None:

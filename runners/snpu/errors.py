@@ -5,6 +5,7 @@
     ├── SnpuDtypeError           (also RuntimeError) float64 / complex, which the machine lacks
     ├── SnpuPlanError            (also RuntimeError) a tile plan that cannot fit the scratchpad
     ├── SnpuTileViolation        (also RuntimeError) the tiling proof caught a read outside a tile
+    ├── SnpuKernelResultError    (also RuntimeError) a kernel returned what its op's schema does not
     └── SnpuInstallError         registration failed (another PrivateUse1 backend, bad torch)
 
 Each inherits the builtin PyTorch tests expect (``NotImplementedError`` for a missing
@@ -74,6 +75,18 @@ class SnpuTileViolation(CrcrError, RuntimeError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, hint="a tile must load only its own region, through kernels.common.load()")
+
+
+class SnpuKernelResultError(CrcrError, RuntimeError):
+    """An snpu kernel returned something its op's schema does not return (a bug in the kernel)."""
+
+    reference = "snpu-kernel-result"
+
+    def __init__(self, op: str, message: str) -> None:
+        super().__init__(
+            f"snpu kernel for {op} {message}", hint="the kernel must return what the op's schema declares"
+        )
+        self.op = op
 
 
 class SnpuInstallError(CrcrError, RuntimeError):

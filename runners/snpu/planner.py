@@ -223,6 +223,36 @@ def plan_rows(
     return Plan("rows", splits, tuple(tiles))
 
 
+def longest_row(dtype: torch.dtype, machine: Machine, *, output_row: bool) -> int:
+    """The longest row ``plan_rows`` holds in one tile (without ``chunk_rows``), in elements.
+
+    ``output_row``: the tile also holds an output row of the same length (softmax,
+    layer_norm), else one value per row (argmax, nll_loss). Found by asking
+    ``plan_rows`` itself, so it is the limit the kernels meet.
+    """
+
+    def fits(n: int) -> bool:
+        try:
+            _plan_one_row(n, dtype, machine, output_row)
+        except SnpuPlanError:
+            return False
+        return True
+
+    if not fits(1):
+        return 0
+    lo, hi = 1, 2
+    while fits(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:  # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _plan_one_row(n: int, dtype: torch.dtype, machine: Machine, output_row: bool) -> Plan:
+    return plan_rows.__wrapped__(1, n, dtype, n if output_row else 1, machine, 1, False)
+
+
 # --------------------------------------------------------------------------- matmul
 
 

@@ -9,8 +9,6 @@ a view reach the base, as on real hardware. Every aten call on it goes to
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from runners.snpu import memory
@@ -19,7 +17,7 @@ DEVICE = torch.device("privateuseone", 0)
 WRAPPER_STORAGE_BYTES = 1 << 48
 
 # the last error raised by an snpu op during a backward pass (see __torch_dispatch__)
-last_backward_error: Exception | None = None  # replaced by install() once the backend is renamed
+last_backward_error: Exception | None = None
 
 
 class SnpuTensor(torch.Tensor):
@@ -56,20 +54,20 @@ class SnpuTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # type: ignore[override]
+        from runners.snpu import backward
         from runners.snpu.dispatch import call
 
-        if not isinstance(threading.current_thread(), threading._DummyThread):
+        if not backward.in_backward():
             return call(func, args, kwargs or {})
-        # On the autograd engine's device thread (a thread PyTorch started in C++) a
-        # Python exception escaping here aborts the whole process in PyTorch 2.13
-        # (std::terminate). Returning the message instead makes PyTorch raise a
-        # RuntimeError "Unable to cast <error> to Tensor" in the caller's thread.
+        # Inside a C++ autograd node a Python error escaping here aborts the process in
+        # PyTorch 2.13 (see runners.snpu.backward): record it and return a placeholder;
+        # backward() raises the recorded error in the caller's thread.
         try:
             return call(func, args, kwargs or {})
         except Exception as exc:
             global last_backward_error
             last_backward_error = exc
-            return f"{type(exc).__name__}: {exc}"
+            return backward.record(func, exc)
 
     def __repr__(self, *, tensor_contents: object = None) -> str:  # type: ignore[override]
         text = repr(self._data.detach())

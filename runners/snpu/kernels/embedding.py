@@ -18,7 +18,7 @@ from runners.snpu.kernels.common import load, run, tiles
 from runners.snpu.planner import plan_elementwise, plan_rows
 
 
-@register("embedding", category="embedding", execution="tiled")
+@register("embedding", category="embedding", execution="tiled", whole_row="row")
 def embedding(func: Any, args: tuple, kwargs: dict) -> Any:
     weight, indices = args[0], args[1]
     rest = args[2:]

@@ -44,7 +44,7 @@ def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
         record(OpRecord.from_tiles(op, (t.cost for t in plan.tiles), extra_cycles=extra))
 
 
-@register("native_layer_norm", category="norm", execution="tiled")
+@register("native_layer_norm", category="norm", execution="tiled", whole_row="row")
 def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     x, normalized_shape, weight, bias, eps = args
     k = len(normalized_shape)
@@ -80,7 +80,7 @@ def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     return out.reshape(x.shape), mean.reshape(stat_shape), rstd.reshape(stat_shape)
 
 
-@register("native_layer_norm_backward", category="norm", execution="tiled")
+@register("native_layer_norm_backward", category="norm", execution="tiled", whole_row="row")
 def layer_norm_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad_out, x, normalized_shape, mean, rstd, weight, bias, mask = args
     n, rows, plan = _rows_plan(x, normalized_shape)

@@ -172,6 +172,7 @@ def _rows_of(x: torch.Tensor, dims: list[int]) -> tuple[torch.Tensor, int, int]:
     "nansum",
     category="reduction",
     execution="tiled",
+    whole_row="one",
 )
 def row_reduction(func: Any, args: tuple, kwargs: dict) -> Any:
     """Reductions whose reduced extent sits whole in each tile (rows across cores)."""
@@ -265,7 +266,7 @@ def variance(func: Any, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-@register("cumsum", "cumprod", "logcumsumexp", category="reduction", execution="tiled")
+@register("cumsum", "cumprod", "logcumsumexp", category="reduction", execution="tiled", whole_row="row")
 def scan(func: Any, args: tuple, kwargs: dict) -> Any:
     """Scans along one dimension: whole rows per tile, rows across cores."""
     m = machine.current()

@@ -44,7 +44,7 @@ def _rowwise(op: str, inputs: list[torch.Tensor], dim: int, out_dtype: torch.dty
     return unrows(out, moved_shape, dim, x.dim())
 
 
-@register("_softmax", "_log_softmax", category="softmax", execution="tiled")
+@register("_softmax", "_log_softmax", category="softmax", execution="tiled", whole_row="row")
 def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim, half_to_float = args[0], args[1], args[2]
     meta = func(x.to("meta"), dim, half_to_float)
@@ -71,7 +71,7 @@ def softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     return _rowwise(func.name(), [x], dim, meta.dtype, tile)
 
 
-@register("_safe_softmax", category="softmax", execution="tiled")
+@register("_safe_softmax", category="softmax", execution="tiled", whole_row="row")
 def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     x, dim = args[0], args[1]
     dtype = kwargs.get("dtype") if "dtype" in kwargs else (args[2] if len(args) > 2 else None)
@@ -79,7 +79,9 @@ def safe_softmax(func: Any, args: tuple, kwargs: dict) -> Any:
     return _rowwise(func.name(), [x], dim, meta.dtype, lambda b, out: out.copy_(func(b, -1, dtype)))
 
 
-@register("_softmax_backward_data", "_log_softmax_backward_data", category="softmax", execution="tiled")
+@register(
+    "_softmax_backward_data", "_log_softmax_backward_data", category="softmax", execution="tiled", whole_row="row"
+)
 def softmax_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad, output, dim, input_dtype = args[0], args[1], args[2], args[3]
     meta = func(grad.to("meta"), output.to("meta"), dim, input_dtype)
@@ -95,7 +97,7 @@ def _nll_tiles(op: str, rows: int, classes: int, dtype: torch.dtype) -> Any:
     return plan_rows(max(rows, 1), max(classes, 1), dtype, 1, machine.current(), 1, False)
 
 
-@register("nll_loss_forward", category="loss", execution="tiled")
+@register("nll_loss_forward", category="loss", execution="tiled", whole_row="one")
 def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     """Per-row gathers tile by tile; the final sum/mean drains over the ring."""
     x, target, weight, reduction, ignore_index = args
@@ -128,7 +130,7 @@ def nll_loss_forward(func: Any, args: tuple, kwargs: dict) -> Any:
     return total.to(x.dtype), total_weight
 
 
-@register("nll_loss_backward", category="loss", execution="tiled")
+@register("nll_loss_backward", category="loss", execution="tiled", whole_row="one")
 def nll_loss_backward(func: Any, args: tuple, kwargs: dict) -> Any:
     grad_out, x, target, weight, reduction, ignore_index, total_weight = args
     rows = x.shape[0] if x.dim() == 2 else 1

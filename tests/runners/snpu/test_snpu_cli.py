@@ -97,6 +97,7 @@ def test_committed_capability_file_matches_what_is_registered() -> None:
     doc = yaml.safe_load((ROOT / "configs" / "backends" / "snpu.yaml").read_text())
     assert doc["aten_ops"] == capabilities.registered_ops(), "stale: run `crcr snpu capabilities`"
     assert doc["execution"] == capabilities.executions(), "stale: run `crcr snpu capabilities`"
+    assert doc["limits"]["row_limits"] == capabilities.row_limits(), "stale: run `crcr snpu capabilities`"
     assert "aten::where.self" in doc["execution"]["tiled"] and "aten::sort" in doc["execution"]["whole"]
     assert doc["opinfo"]["covered_count"]["float32"] >= 150
 
