@@ -803,7 +803,7 @@ def trace_answer(
 
     Passed on the CPU: ``run`` when every aten op called on device tensors (backward ops included) has a kernel,
     no device tensor has a refused dtype, all are strided and no softmax or norm row is longer than the capability
-    file's ``limits.max_softmax_norm_row_elements``; else ``skip`` naming the first op, dtype, row or layout missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
+    file's ``limits.row_limits`` for its op (``limits.max_softmax_norm_row_elements`` in older files); else ``skip`` naming the first op, dtype, row or layout missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
     """
     if trace is None:
         return None, "none recorded"
@@ -822,8 +822,6 @@ def trace_answer(
         return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
     caps = tools.caps
     ops = trace.ops
-    row_limits = caps.limits.get("max_softmax_norm_row_elements") or {}
-    row_limits = row_limits if isinstance(row_limits, dict) else {}
     for seen in ops:
         op = seen.op
         if not trace_kernel(op, caps):
@@ -831,6 +829,7 @@ def trace_answer(
         bad = [d for d in seen.dtypes if refused(caps, d)]
         if bad:
             return _trace_skip(test, twin, cap_ref, f"{op} on {bad[0]} device tensors, a dtype {caps.device} refuses"), ""
+        row_limits, key = _row_limits(caps, op)
         too_long = [
             (d, limit) for d in seen.dtypes if isinstance(limit := row_limits.get(d), int) and (seen.row or 0) > limit
         ]
@@ -838,7 +837,7 @@ def trace_answer(
             d, limit = too_long[0]
             return _trace_skip(
                 test, twin, cap_ref, f"{op} on rows of {seen.row} {d} elements; {caps.device} holds at most "
-                f"{limit} (limits.max_softmax_norm_row_elements)"
+                f"{limit} ({key})"
             ), ""
         layouts = [lay for lay in seen.layouts if lay != "strided"]
         if layouts:
@@ -859,6 +858,18 @@ def trace_answer(
             )
         ),
     ), ""
+
+
+def _row_limits(caps: Capabilities, op: str) -> tuple[dict[str, int], str]:
+    """The longest row per dtype the device's kernel for ``op`` holds at once, and the capability key it came from:
+    ``limits.row_limits`` names each whole-row kernel (``aten::_softmax``); older files have one
+    ``limits.max_softmax_norm_row_elements`` for every softmax and norm."""
+    base = op.split(".", 1)[0]
+    per_op = caps.limits.get("row_limits")
+    if isinstance(per_op, dict) and isinstance(per_op.get(base), dict):
+        return per_op[base], f"limits.row_limits[{base}]"
+    shared = caps.limits.get("max_softmax_norm_row_elements")
+    return (shared if isinstance(shared, dict) else {}), "limits.max_softmax_norm_row_elements"
 
 
 def _trace_skip(test: InventoryTest, twin: str, cap_ref: str, what: str) -> AgentAnswer:

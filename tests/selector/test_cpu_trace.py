@@ -187,3 +187,9 @@ def test_the_claude_agent_reads_a_trace_as_data(tmp_path):
     text = tools.dispatch("read_cpu_trace", {"test_id": test.id})
     assert '"outcome": "passed"' in text and "aten::arange.start_out" in text
     assert tools.dispatch("read_cpu_trace", {"test_id": "test/x.py::T::nope"}).startswith("error:")
+
+
+def test_a_row_limit_is_read_per_kernel(traced):
+    """The capability file's ``limits.row_limits`` names each whole-row kernel; the trace cites the key it used."""
+    mode, reason = traced["test_long_softmax_row"]
+    assert mode == "skip" and "limits.row_limits[aten::_softmax]" in reason, reason
