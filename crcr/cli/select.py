@@ -309,11 +309,14 @@ TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
 
 
 def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
-    """The plain device tests (no OpInfo, no ModuleInfo) the rules leave to the agent."""
-    from selector.rules import RuleContext, classify
+    """The device tests whose CPU twin is traced: the plain ones (no OpInfo, no ModuleInfo) the rules leave to the
+    agent, and the OpInfo tests of a generic template (``samples`` family) no rule before the template probe decides."""
+    from selector.rules import DEFAULT_RULES, RuleContext, TemplateProbe, classify, trace_wanted
 
     ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches)
-    return [t for t in inv.tests if not t.op and t.cls and t.device and classify(t, ctx) is None]
+    cut = next(i for i, r in enumerate(DEFAULT_RULES) if isinstance(r, TemplateProbe))
+    return [t for t in inv.tests if t.cls and t.device and (
+        (not t.op and classify(t, ctx) is None) or (trace_wanted(t) and classify(t, ctx, DEFAULT_RULES[:cut]) is None))]
 
 
 def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, Any]:
@@ -421,7 +424,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     outcomes: dict[str, int] = {}
     for rec in traces.values():
         outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
-    typer.echo(f"cpu trace: {len(wanted)} plain device tests for the agent, {ran} traced "
+    typer.echo(f"cpu trace: {len(wanted)} device tests (plain, or OpInfo of a generic template), {ran} traced "
                f"({time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
                + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
     caps.attach_cpu_traces(traces)
