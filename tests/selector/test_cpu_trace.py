@@ -69,6 +69,18 @@ class TestTraced(TestCase):
         x = torch.ones(3, device=device) * 2
         self.assertEqual(x.to("cpu").double().sum().item(), 6)
 
+    def _double_helper(self):
+        where = torch.device("cpu")  # no device argument: this test keeps its tensors on the host everywhere
+        x = torch.randn(3, device=where, dtype=torch.double)
+        self.assertEqual(x.shape, (3,))
+
+    def test_no_device_argument(self):
+        self._double_helper()
+
+    def test_device_object(self, device):
+        x = torch.randn(3, device=torch.device(device), dtype=torch.double)
+        self.assertEqual(x.shape, (3,))
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -94,6 +106,8 @@ TESTS = [
     ("test_long_softmax_row", None),
     ("test_records_a_warning", None),
     ("test_result_back_on_the_host", None),
+    ("test_no_device_argument", None),
+    ("test_device_object", None),
 ]
 
 
@@ -131,9 +145,13 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         ("test_records_a_warning", "run", ("passes on the CPU",)),
         # .to("cpu") copies to the host: the float64 made there is no device tensor
         ("test_result_back_on_the_host", "run", ("passes on the CPU",)),
+        # a test without the device argument: torch.device("cpu") there is the host on snpu too
+        ("test_no_device_argument", "run", ("passes on the CPU",)),
+        # torch.device(device) of the device argument is the device
+        ("test_device_object", "skip", ("aten::randn", "float64")),
     ],
     ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
-         "warnings-recorded", "to-cpu-is-host"],
+         "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
