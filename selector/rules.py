@@ -41,6 +41,9 @@ class RuleContext:
     # Whether the test's dtype reaches a tensor (True), never does (False: the body never reads its
     # ``dtype`` argument, or only compares it), or cannot be told (None: no source, no such argument).
     dtype_reaches: Callable[[InventoryTest], bool | None] | None = None
+    # True while choosing the tests to trace (``crcr select plan`` before the CPU traces exist): a rule that
+    # would leave a test to its trace does so already
+    trace_pending: bool = False
 
 
 def _cls_prefix(test: InventoryTest) -> str:
@@ -133,6 +136,16 @@ class FeatureNeeds(Rule):
         for feat in self.CHECKED:
             if feat in test.features and not ctx.caps.feature(feat):
                 scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
+                if feat == "jit" and ctx.caps.feature("jit_script"):
+                    # TorchScript scripting runs (the interpreter dispatches to the device like eager); tracing
+                    # may not (features.jit_trace): what the body really does tells, where its CPU twin is traced
+                    if ctx.caps.feature("jit_trace"):
+                        continue
+                    if trace_wanted(test) and (ctx.trace_pending or traced_instead(test, ctx.caps)):
+                        continue
+                    return self._d("skip", f"uses TorchScript, and {ctx.caps.device} scripts (features.jit_script) "
+                                   "but does not trace (features.jit_trace: false); no CPU trace of this test tells "
+                                   "which it uses", scope)
                 return self._d("skip", f"needs {feat}, which {ctx.caps.device}'s capability file marks unsupported", scope)
         return None
 

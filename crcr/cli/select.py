@@ -313,7 +313,7 @@ def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
     agent, and the OpInfo tests of a generic template (``samples`` family) no rule before the template probe decides."""
     from selector.rules import DEFAULT_RULES, RuleContext, TemplateProbe, classify, trace_wanted
 
-    ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches)
+    ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches, trace_pending=True)
     cut = next(i for i, r in enumerate(DEFAULT_RULES) if isinstance(r, TemplateProbe))
     return [t for t in inv.tests if t.cls and t.device and (
         (not t.op and classify(t, ctx) is None) or (trace_wanted(t) and classify(t, ctx, DEFAULT_RULES[:cut]) is None))]

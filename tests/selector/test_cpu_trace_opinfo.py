@@ -26,6 +26,7 @@ from torch.testing._internal.common_methods_invocations import op_db
 from torch.testing._internal.common_utils import TestCase, run_tests
 
 spectral = [op for op in op_db if op.name == "fft.fft" and not op.variant_test_name]
+simple = [op for op in op_db if op.name == "abs" and not op.variant_test_name]
 
 
 class TestSpectralFixture(TestCase):
@@ -40,6 +41,18 @@ class TestSpectralFixture(TestCase):
         t = torch.ones(4, device=device, dtype=dtype)
         self.assertEqual(op(t).shape, t.shape)
 
+    @ops(simple, allowed_dtypes=(torch.float,))
+    def test_jit_scripted(self, device, dtype, op):
+        t = torch.ones(3, device=device, dtype=dtype)
+        fn = torch.jit.CompilationUnit("def f(t0):\\n    return torch.abs(t0)\\n").f
+        self.assertEqual(fn(t), t)
+
+    @ops(simple, allowed_dtypes=(torch.float,))
+    def test_jit_traced(self, device, dtype, op):
+        t = torch.ones(3, device=device, dtype=dtype)
+        fn = torch.jit.trace(lambda x: torch.abs(x), (t,))
+        self.assertEqual(fn(t), t)
+
 
 instantiate_device_type_tests(TestSpectralFixture, globals())
 
@@ -50,10 +63,11 @@ if __name__ == "__main__":
 PROBE_ERROR = "SnpuDtypeError: snpu has no torch.complex64 units (aten::_to_copy to snpu)"
 
 
-def opinfo_test(template: str) -> InventoryTest:
-    name = f"{template}_fft_fft_snpu_float32"
+def opinfo_test(template: str, op: str = "fft.fft") -> InventoryTest:
+    name = f"{template}_{op.replace('.', '_')}_snpu_float32"
     return InventoryTest(id=f"{FILE}::{CLS}::{name}", file=FILE, cls=CLS, method=name, template=template,
-                         device="snpu", dtype="float32", op="fft.fft", fingerprint="f" + name,
+                         device="snpu", dtype="float32", op=op, fingerprint="f" + name,
+                         features=["jit"] if "jit" in template else [],
                          decorators=["ops(spectral, allowed_dtypes=(torch.float,))"])
 
 
@@ -62,7 +76,8 @@ def plan(tmp_path: Path, *, trace: bool) -> dict[str, tuple[str, str]]:
 
     (tmp_path / "test").mkdir(exist_ok=True)
     (tmp_path / FILE).write_text(SRC, encoding="utf-8")
-    made = [opinfo_test("test_empty_input"), opinfo_test("test_transform")]
+    made = [opinfo_test("test_empty_input"), opinfo_test("test_transform"),
+            opinfo_test("test_jit_scripted", "abs"), opinfo_test("test_jit_traced", "abs")]
     caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
     # the samples probe of fft.fft failed on the device (its output is complex)
     caps.attach_probes({"samples|fft.fft|float32": PROBE_ERROR})
@@ -96,3 +111,19 @@ def test_without_a_trace_the_samples_probe_decides(tmp_path):
     for template in ("test_empty_input", "test_transform"):
         mode, reason = got[template]
         assert mode == "skip" and "[template-probe] the samples probe" in reason, reason
+
+
+def test_torchscript_scripting_runs_and_tracing_is_skipped_from_the_trace(traced):
+    """snpu scripts (features.jit_script) but torch.jit.trace's check copies the outputs to float64 on the device
+    (features.jit_trace: false): the trace sees which of the two the body does, not the ``jit`` in its name."""
+    mode, reason = traced["test_jit_scripted"]
+    assert mode == "run", reason
+    mode, reason = traced["test_jit_traced"]
+    assert mode == "skip" and "float64" in reason and "CPU trace" in reason, reason
+
+
+def test_without_a_trace_torchscript_is_skipped_saying_what_is_missing(tmp_path):
+    got = plan(tmp_path, trace=False)
+    for template in ("test_jit_scripted", "test_jit_traced"):
+        mode, reason = got[template]
+        assert mode == "skip" and "features.jit_trace: false" in reason, reason
