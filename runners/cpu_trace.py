@@ -11,7 +11,8 @@ backward passes included, which a static reading of the body cannot follow:
   ``"cpu"`` or a tensor built without a device stays on the host), or with a ``torch.device`` of the CPU (only
   in a test that receives the device argument: ``torch.device("cpu")`` in a test without one stays on the host);
 * a ``TorchDispatchMode`` (below autograd, after CompositeImplicitAutograd decomposition, backward ops too)
-  records each aten overload called on a tagged tensor, with the dtypes and layouts of the tagged tensors and
+  records each aten overload called on a tagged tensor (one that raised too: it reached its kernel), with the
+  dtypes and layouts of the tagged tensors and
   the largest tagged numel, and tags the outputs of every op with a tagged input (``.cpu()`` or ``.to("cpu")`` of a
   tagged tensor gives an untagged alias: on the device it is a copy to the host). Assertions (``assertEqual``) are not
   recorded: they compare, they are not the test's device work.
@@ -184,7 +185,16 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except Exception:
+                # an op that raises inside its kernel (an argument check the test catches) still reached the
+                # kernel: the device needs one too, or it raises its own NotImplementedError instead
+                ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]
+                if not rec.quiet and (ins or rec.factory):
+                    name = func.name()
+                    rec.record(name if "::" in name else f"aten::{name}", ins, row_length(name, args))
+                raise
             if rec.quiet:
                 return out
             ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]

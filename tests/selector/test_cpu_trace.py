@@ -81,6 +81,11 @@ class TestTraced(TestCase):
         x = torch.randn(3, device=torch.device(device), dtype=torch.double)
         self.assertEqual(x.shape, (3,))
 
+    def test_kernel_check_caught(self, device):
+        x = torch.randn(1, 4, 5, 5, device=device, requires_grad=True)
+        with self.assertRaisesRegex(RuntimeError, "non-zero size"):
+            F.adaptive_avg_pool2d(x, 0).sum().backward()
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -108,6 +113,7 @@ TESTS = [
     ("test_result_back_on_the_host", None),
     ("test_no_device_argument", None),
     ("test_device_object", None),
+    ("test_kernel_check_caught", None),
 ]
 
 
@@ -149,9 +155,12 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         ("test_no_device_argument", "run", ("passes on the CPU",)),
         # torch.device(device) of the device argument is the device
         ("test_device_object", "skip", ("aten::randn", "float64")),
+        # the CPU kernel's argument check raised (caught by the test): snpu has no such kernel and raises its own
+        ("test_kernel_check_caught", "skip", ("aten::_adaptive_avg_pool2d_backward", "no kernel")),
     ],
     ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
-         "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device"],
+         "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device",
+         "raised-in-kernel-needs-kernel"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
