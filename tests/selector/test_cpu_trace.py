@@ -23,6 +23,7 @@ FILE = "test/test_traced.py"
 SRC = '''
 import os
 import time
+import unittest
 import warnings
 
 import torch
@@ -86,6 +87,10 @@ class TestTraced(TestCase):
         with self.assertRaisesRegex(RuntimeError, "non-zero size"):
             F.adaptive_avg_pool2d(x, 0).sum().backward()
 
+    @unittest.expectedFailure
+    def test_marked_to_fail_but_passes(self, device):
+        self.assertEqual(torch.ones(2, device=device).sum().item(), 2)
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -114,6 +119,7 @@ TESTS = [
     ("test_no_device_argument", None),
     ("test_device_object", None),
     ("test_kernel_check_caught", None),
+    ("test_marked_to_fail_but_passes", None),
 ]
 
 
@@ -157,10 +163,12 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         ("test_device_object", "skip", ("aten::randn", "float64")),
         # the CPU kernel's argument check raised (caught by the test): snpu has no such kernel and raises its own
         ("test_kernel_check_caught", "skip", ("aten::_adaptive_avg_pool2d_backward", "no kernel")),
+        # an expected failure that passes fails the run (unexpected success), on the CPU as on the device
+        ("test_marked_to_fail_but_passes", "xfail", ("fails on the CPU too", "unexpected success")),
     ],
     ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
          "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device",
-         "raised-in-kernel-needs-kernel"],
+         "raised-in-kernel-needs-kernel", "unexpected-success-fails"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
