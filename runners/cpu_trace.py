@@ -8,9 +8,11 @@ backward passes included, which a static reading of the body cannot follow:
 
 * a ``TorchFunctionMode`` tags the tensors that would live on the device: the results of a factory or a
   ``.to(...)`` called with the test's device argument (a ``str`` subclass equal to ``"cpu"``, so a literal
-  ``"cpu"`` or a tensor built without a device stays on the host), or with a ``torch.device`` of the CPU;
+  ``"cpu"`` or a tensor built without a device stays on the host), or with a ``torch.device`` of the CPU (only
+  in a test that receives the device argument: ``torch.device("cpu")`` in a test without one stays on the host);
 * a ``TorchDispatchMode`` (below autograd, after CompositeImplicitAutograd decomposition, backward ops too)
-  records each aten overload called on a tagged tensor, with the dtypes and layouts of the tagged tensors and
+  records each aten overload called on a tagged tensor (one that raised too: it reached its kernel), with the
+  dtypes and layouts of the tagged tensors and
   the largest tagged numel, and tags the outputs of every op with a tagged input (``.cpu()`` or ``.to("cpu")`` of a
   tagged tensor gives an untagged alias: on the device it is a copy to the host). Assertions (``assertEqual``) are not
   recorded: they compare, they are not the test's device work.
@@ -81,11 +83,16 @@ class _Recorder:
         self.ops: dict[str, dict[str, Any]] = {}
         self.factory = 0  # > 0 inside a call made with the device argument
         self.quiet = 0  # > 0 inside an assertion
+        # a torch.device of the CPU stands for the test's device only in a test that receives the device argument
+        # (``torch.device(device)``); a test without one that builds ``torch.device("cpu")`` stays on the host
+        self.cpu_device_objects = True
 
     def is_device(self, value: Any) -> bool:
         import torch
 
-        return isinstance(value, _Device) or (isinstance(value, torch.device) and value.type == "cpu")
+        return isinstance(value, _Device) or (
+            self.cpu_device_objects and isinstance(value, torch.device) and value.type == "cpu"
+        )
 
     def tag(self, value: Any) -> None:
         import torch
@@ -178,7 +185,16 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
     class Dispatch(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except Exception:
+                # an op that raises inside its kernel (an argument check the test catches) still reached the
+                # kernel: the device needs one too, or it raises its own NotImplementedError instead
+                ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]
+                if not rec.quiet and (ins or rec.factory):
+                    name = func.name()
+                    rec.record(name if "::" in name else f"aten::{name}", ins, row_length(name, args))
+                raise
             if rec.quiet:
                 return out
             ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]
@@ -216,11 +232,25 @@ def _first_line(text: str) -> str:
     return (errors[-1] if errors else lines[-1] if lines else "")[:300]
 
 
+def receives_device(fn: Any) -> bool | None:
+    """Whether an instantiated device test passes the device argument to its generic body (the ``param_kwargs``
+    ``instantiate_device_type_tests`` bound to it name ``device``); None where that cannot be read."""
+    seen = 0
+    while fn is not None and seen < 20:
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_name == "instantiated_test" and fn.__defaults__:
+            bound = fn.__defaults__[0]
+            return isinstance(bound, dict) and ("device" in bound or "devices" in bound)
+        fn, seen = getattr(fn, "__wrapped__", None), seen + 1
+    return None
+
+
 def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, list[dict[str, Any]]]:
     """(outcome, error, ops) of one run of ``cls.method``."""
     import unittest
 
     rec = _Recorder()
+    rec.cpu_device_objects = receives_device(getattr(cls, method, None)) is not False
     result = unittest.TestResult()
     case = cls(method)
     if hasattr(signal, "SIGALRM"):
@@ -243,6 +273,8 @@ def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, list[dict[
         return "timeout", f"the CPU twin ran longer than {TRACE_SECONDS} s", rec.result()
     if problems:
         return "failed", _first_line(problems[0][1]), rec.result()
+    if result.unexpectedSuccesses:  # an upstream expected failure that passes: unittest fails it
+        return "failed", "unexpected success on the CPU (the test is marked expected to fail)", rec.result()
     if result.expectedFailures:
         return "failed", "expected failure on the CPU: " + _first_line(result.expectedFailures[0][1]), rec.result()
     if result.skipped:

@@ -22,7 +22,7 @@ from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
 
-RULES_VERSION = "7"
+RULES_VERSION = "8"
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class RuleContext:
     # Whether the test's dtype reaches a tensor (True), never does (False: the body never reads its
     # ``dtype`` argument, or only compares it), or cannot be told (None: no source, no such argument).
     dtype_reaches: Callable[[InventoryTest], bool | None] | None = None
+    # True while choosing the tests to trace (``crcr select plan`` before the CPU traces exist): a rule that
+    # would leave a test to its trace does so already
+    trace_pending: bool = False
 
 
 def _cls_prefix(test: InventoryTest) -> str:
@@ -133,6 +136,16 @@ class FeatureNeeds(Rule):
         for feat in self.CHECKED:
             if feat in test.features and not ctx.caps.feature(feat):
                 scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
+                if feat == "jit" and ctx.caps.feature("jit_script"):
+                    # TorchScript scripting runs (the interpreter dispatches to the device like eager); tracing
+                    # may not (features.jit_trace): what the body really does tells, where its CPU twin is traced
+                    if ctx.caps.feature("jit_trace"):
+                        continue
+                    if trace_wanted(test) and (ctx.trace_pending or traced_instead(test, ctx.caps)):
+                        continue
+                    return self._d("skip", f"uses TorchScript, and {ctx.caps.device} scripts (features.jit_script) "
+                                   "but does not trace (features.jit_trace: false); no CPU trace of this test tells "
+                                   "which it uses", scope)
                 return self._d("skip", f"needs {feat}, which {ctx.caps.device}'s capability file marks unsupported", scope)
         return None
 
@@ -281,6 +294,21 @@ def template_family(test: InventoryTest) -> str | None:
     return "samples"
 
 
+def trace_wanted(test: InventoryTest) -> bool:
+    """An OpInfo test whose template has no characteristic check (the generic ``samples`` family): the op's
+    samples say little of what its body does (``op(torch.empty(1, 0))`` inside ``assertRaisesRegex`` is an
+    argument check, not the op's kernel), so its CPU twin is traced like a plain device test."""
+    return template_family(test) == "samples" and bool(test.device and test.cls)
+
+
+def traced_instead(test: InventoryTest, caps: Capabilities) -> bool:
+    """A generic OpInfo test whose CPU twin ran to an end (passed or failed): the trace decides, not the op's
+    samples probe or its kernel list."""
+    traces = caps.cpu_traces
+    trace = traces.get(test.id) if traces else None
+    return trace is not None and trace.outcome in ("passed", "failed") and trace_wanted(test)
+
+
 def probe_request(test: InventoryTest) -> tuple[str, str, str | None] | None:
     """The ``(family, op, dtype)`` probe this test is planned from (dtype None: the probe picks float32)."""
     family = template_family(test)
@@ -312,6 +340,8 @@ class TemplateProbe(Rule):
         req = probe_request(test)
         if req is None or not ctx.caps.template_probes:
             return None
+        if traced_instead(test, ctx.caps):
+            return None  # what its CPU twin really called decides (the agent reads the trace)
         family, op, dtype = req
         reads = ctx.caps.template_reads.get(reads_key(test))
         if reads and ctx.caps.template_probes.get(probe_key("attrs", op, reads)):
@@ -342,6 +372,8 @@ class OpSupport(Rule):
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
         if not test.op or "module" in test.features or ctx.caps.supports_op(test.op, test.dtype):
             return None
+        if traced_instead(test, ctx.caps):
+            return None
         failure = ctx.caps.sweep_failure(test.op, test.dtype)
         if failure:
             first = failure.strip().splitlines()[0][:160] if failure.strip() else "failed"
@@ -366,6 +398,8 @@ class OpSupported(Rule):
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
         # ModuleInfo tests name a module, not an op: whether it runs is the agent's reading.
         if not test.op or "module" in test.features or not ctx.caps.supports_op(test.op, test.dtype):
+            return None
+        if traced_instead(test, ctx.caps):
             return None
         return self._d("run", f"{ctx.caps.device} has a kernel for op {test.op} and supports the test's dtype", _op_pattern(test))
 

@@ -309,11 +309,14 @@ TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
 
 
 def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
-    """The plain device tests (no OpInfo, no ModuleInfo) the rules leave to the agent."""
-    from selector.rules import RuleContext, classify
+    """The device tests whose CPU twin is traced: the plain ones (no OpInfo, no ModuleInfo) the rules leave to the
+    agent, and the OpInfo tests of a generic template (``samples`` family) no rule before the template probe decides."""
+    from selector.rules import DEFAULT_RULES, RuleContext, TemplateProbe, classify, trace_wanted
 
-    ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches)
-    return [t for t in inv.tests if not t.op and t.cls and t.device and classify(t, ctx) is None]
+    ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches, trace_pending=True)
+    cut = next(i for i, r in enumerate(DEFAULT_RULES) if isinstance(r, TemplateProbe))
+    return [t for t in inv.tests if t.cls and t.device and (
+        (not t.op and classify(t, ctx) is None) or (trace_wanted(t) and classify(t, ctx, DEFAULT_RULES[:cut]) is None))]
 
 
 def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, Any]:
@@ -365,7 +368,7 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
 
 
 def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path) -> None:
-    """Run the CPU twin of every plain device test the agent must decide under ``runners.cpu_trace`` (cached in the
+    """Run the CPU twin of every device test ``_agent_tests`` names under ``runners.cpu_trace`` (cached in the
     data dir by file content, torch version and trace code) and hand the traces to the agent through the
     capability object. Only for a device that runs on this machine (snpu)."""
     import hashlib
@@ -421,7 +424,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     outcomes: dict[str, int] = {}
     for rec in traces.values():
         outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
-    typer.echo(f"cpu trace: {len(wanted)} plain device tests for the agent, {ran} traced "
+    typer.echo(f"cpu trace: {len(wanted)} device tests (plain, or OpInfo of a generic template), {ran} traced "
                f"({time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
                + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
     caps.attach_cpu_traces(traces)
@@ -457,8 +460,8 @@ def _print_report(report: Any, as_json: bool) -> None:
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
     "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
     "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
-    "the agent decides the rest: with --pytorch-src, where the device runs here, each plain device test's CPU twin "
-    "is first run once under a recording mode and planned from the aten ops it really called (the CPU trace, "
+    "the agent decides the rest: with --pytorch-src, where the device runs here, the CPU twin of each plain device "
+    "test (and of each OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and planned from the aten ops it really called (the CPU trace, "
     "cached in the data dir; --no-trace skips it, and tests without a trace are read statically); --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
@@ -485,7 +488,7 @@ def plan_cmd(
                                                          "rest is planned from the capability file")] = None,
     trace: Annotated[bool, typer.Option("--trace/--no-trace", help="with --pytorch-src, where the device runs on "
                                         "this machine (snpu): run the CPU twin of each plain device test the agent "
-                                        "decides once under a recording mode and plan it from the aten ops it "
+                                        "decides, and of each OpInfo test of a generic template, once under a recording mode and plan it from the aten ops it "
                                         "really called (cached in the data dir)")] = True,
 ) -> None:
     import hashlib

@@ -23,6 +23,7 @@ FILE = "test/test_traced.py"
 SRC = '''
 import os
 import time
+import unittest
 import warnings
 
 import torch
@@ -69,6 +70,27 @@ class TestTraced(TestCase):
         x = torch.ones(3, device=device) * 2
         self.assertEqual(x.to("cpu").double().sum().item(), 6)
 
+    def _double_helper(self):
+        where = torch.device("cpu")  # no device argument: this test keeps its tensors on the host everywhere
+        x = torch.randn(3, device=where, dtype=torch.double)
+        self.assertEqual(x.shape, (3,))
+
+    def test_no_device_argument(self):
+        self._double_helper()
+
+    def test_device_object(self, device):
+        x = torch.randn(3, device=torch.device(device), dtype=torch.double)
+        self.assertEqual(x.shape, (3,))
+
+    def test_kernel_check_caught(self, device):
+        x = torch.randn(1, 4, 5, 5, device=device, requires_grad=True)
+        with self.assertRaisesRegex(RuntimeError, "non-zero size"):
+            F.adaptive_avg_pool2d(x, 0).sum().backward()
+
+    @unittest.expectedFailure
+    def test_marked_to_fail_but_passes(self, device):
+        self.assertEqual(torch.ones(2, device=device).sum().item(), 2)
+
     def test_crashes(self, device):
         os._exit(3)
 
@@ -94,6 +116,10 @@ TESTS = [
     ("test_long_softmax_row", None),
     ("test_records_a_warning", None),
     ("test_result_back_on_the_host", None),
+    ("test_no_device_argument", None),
+    ("test_device_object", None),
+    ("test_kernel_check_caught", None),
+    ("test_marked_to_fail_but_passes", None),
 ]
 
 
@@ -131,9 +157,18 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
         ("test_records_a_warning", "run", ("passes on the CPU",)),
         # .to("cpu") copies to the host: the float64 made there is no device tensor
         ("test_result_back_on_the_host", "run", ("passes on the CPU",)),
+        # a test without the device argument: torch.device("cpu") there is the host on snpu too
+        ("test_no_device_argument", "run", ("passes on the CPU",)),
+        # torch.device(device) of the device argument is the device
+        ("test_device_object", "skip", ("aten::randn", "float64")),
+        # the CPU kernel's argument check raised (caught by the test): snpu has no such kernel and raises its own
+        ("test_kernel_check_caught", "skip", ("aten::_adaptive_avg_pool2d_backward", "no kernel")),
+        # an expected failure that passes fails the run (unexpected success), on the CPU as on the device
+        ("test_marked_to_fail_but_passes", "xfail", ("fails on the CPU too", "unexpected success")),
     ],
     ids=["helper-refused-dtype", "backward-missing-kernel", "host-float64-reference", "cpu-failure", "row-limit",
-         "warnings-recorded", "to-cpu-is-host"],
+         "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device",
+         "raised-in-kernel-needs-kernel", "unexpected-success-fails"],
 )
 def test_the_trace_decides(traced, method, mode, said):
     got_mode, reason = traced[method]
@@ -169,7 +204,7 @@ def test_no_trace_leaves_the_static_reading_alone(cli, tmp_path):
         code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", inv, "--pytorch-src", tmp_path / "src",
                              "--out", out_dir, "--no-cache", flag)
         assert code == 0, err
-        assert ("cpu trace: 1 plain device tests for the agent, 1 traced" in err) is (flag == "--trace")
+        assert ("cpu trace: 1 device tests (plain, or OpInfo of a generic template), 1 traced" in err) is (flag == "--trace")
         plans[flag] = load_plan(out_dir).resolve(test.id)
     assert plans["--no-trace"].mode == "run", plans["--no-trace"].reason
     assert "CPU trace" not in plans["--no-trace"].reason
