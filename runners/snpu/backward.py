@@ -4,7 +4,7 @@ An aten op that ``SnpuTensor.__torch_dispatch__`` runs for a C++ autograd node (
 backward of ``native_group_norm``, ``mul``...) must not raise: PyTorch 2.13 unwinds the
 Python error through the engine's stream guard, whose Python device guard calls
 ``std::terminate`` (``PythonDeviceGuard::exchangeStream``), and the process dies. So the
-dispatcher records the error here and returns a placeholder that is not a tensor; the
+dispatcher records the error here and returns the error's text in place of a tensor; the
 engine fails with ``RuntimeError: Unable to cast ... to Tensor``. ``install()`` wraps
 the one Python entry of the engine (``torch.autograd._engine_run_backward``, used by
 ``Tensor.backward``, ``torch.autograd.backward`` and ``torch.autograd.grad``, the same
@@ -38,9 +38,9 @@ def in_backward() -> bool:
 
 
 def record(func: Any, exc: BaseException) -> Any:
-    """Keep ``exc`` for the caller of ``backward()``; the placeholder the op returns instead.
+    """Keep ``exc`` for the caller of ``backward()``; the text the op returns in place of its result.
 
-    The placeholder has one string per value the op returns, so even the engine's own
+    That text is one string per value the op returns, so even the engine's own
     message names the error: ``Unable to cast SnpuUnsupportedOpError: ... to Tensor``.
     """
     with _lock:

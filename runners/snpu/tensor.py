@@ -60,7 +60,7 @@ class SnpuTensor(torch.Tensor):
         if not backward.in_backward():
             return call(func, args, kwargs or {})
         # Inside a C++ autograd node a Python error escaping here aborts the process in
-        # PyTorch 2.13 (see runners.snpu.backward): record it and return a placeholder;
+        # PyTorch 2.13 (see runners.snpu.backward): record it and return its text in place of a tensor;
         # backward() raises the recorded error in the caller's thread.
         try:
             return call(func, args, kwargs or {})

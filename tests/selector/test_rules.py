@@ -113,20 +113,7 @@ def test_committed_snpu_capability_file_refuses_float64_and_complex():
 def _template_test(
     template: str, op: str, op_dtypes: list[str] | None = None, cls: str = "TestCommonPRIVATEUSE1"
 ):
-    from crcr.contracts.inventory import InventoryTest
-
-    method = f"{template}_{op.replace('.', '_')}_snpu"
-    return InventoryTest(
-        id=f"test/test_ops.py::{cls}::{method}",
-        file="test/test_ops.py",
-        cls=cls,
-        method=method,
-        template=template,
-        device="snpu",
-        op=op,
-        op_dtypes=op_dtypes,
-        fingerprint="f",
-    )
+    return _probe_test(template, op, dtype=None, op_dtypes=op_dtypes, cls=cls)
 
 
 def test_dtype_claim_tests_are_planned_by_claimed_dtypes_not_by_the_kernel(caps):
@@ -177,9 +164,13 @@ def test_python_ref_tests_need_prims_kernels(caps):
 
 
 def _probe_test(
-    template: str, op: str, dtype: str | None = "float32", decorators: list[str] | None = None
+    template: str,
+    op: str,
+    dtype: str | None = "float32",
+    decorators: list[str] | None = None,
+    op_dtypes: list[str] | None = None,
+    cls: str = "TestCommonPRIVATEUSE1",
 ) -> InventoryTest:
-    cls = "TestCommonPRIVATEUSE1"
     method = f"{template}_{op.replace('.', '_')}_snpu" + (f"_{dtype}" if dtype else "")
     return InventoryTest(
         id=f"test/test_ops.py::{cls}::{method}",
@@ -190,6 +181,7 @@ def _probe_test(
         device="snpu",
         dtype=dtype,
         op=op,
+        op_dtypes=op_dtypes,
         decorators=decorators or [],
         fingerprint="f",
     )
