@@ -218,10 +218,6 @@ class _Timeout(Exception):
     pass
 
 
-def _alarm(signum: int, frame: Any) -> None:
-    raise _Timeout(f"the CPU twin ran longer than {TRACE_SECONDS} s")
-
-
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Failure|Interrupt|Exit)\b")
 
 
@@ -247,39 +243,64 @@ def receives_device(fn: Any) -> bool | None:
 
 def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, list[dict[str, Any]]]:
     """(outcome, error, ops) of one run of ``cls.method``."""
-    import unittest
-
     rec = _Recorder()
     rec.cpu_device_objects = receives_device(getattr(cls, method, None)) is not False
+
+    @contextlib.contextmanager
+    def recording() -> Any:
+        functions, dispatch = _modes(rec)
+        _quiet_assertions(rec)
+        try:
+            with functions, dispatch:
+                yield
+        finally:
+            _quiet_assertions(None)
+
+    outcome, error = run_unittest(cls, method, recording() if traced else contextlib.nullcontext(), CPU_RUN)
+    return outcome, error, rec.result()
+
+
+class RunLabel:
+    """How a traced run names itself in its outcome's text (the CPU twin, the device-shadow run)."""
+
+    def __init__(self, subject: str, where: str) -> None:
+        self.subject, self.where = subject, where
+
+
+CPU_RUN = RunLabel("the CPU twin", "on the CPU")
+
+
+def run_unittest(cls: Any, method: str, context: Any, label: RunLabel) -> tuple[str, str]:
+    """(outcome, error) of one run of ``cls.method`` inside ``context``, stopped after ``TRACE_SECONDS``."""
+    import unittest
+
     result = unittest.TestResult()
     case = cls(method)
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _Timeout(f"{label.subject} ran longer than {TRACE_SECONDS} s")
+
     if hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, _alarm)
+        signal.signal(signal.SIGALRM, alarm)
         signal.alarm(TRACE_SECONDS)
     try:
-        if traced:
-            functions, dispatch = _modes(rec)
-            _quiet_assertions(rec)
-            with functions, dispatch:
-                case.run(result)
-        else:
+        with context:
             case.run(result)
     finally:
         if hasattr(signal, "SIGALRM"):
             signal.alarm(0)
-        _quiet_assertions(None)
     problems = result.errors + result.failures
     if any("_Timeout" in text for _, text in problems):
-        return "timeout", f"the CPU twin ran longer than {TRACE_SECONDS} s", rec.result()
+        return "timeout", f"{label.subject} ran longer than {TRACE_SECONDS} s"
     if problems:
-        return "failed", _first_line(problems[0][1]), rec.result()
+        return "failed", _first_line(problems[0][1])
     if result.unexpectedSuccesses:  # an upstream expected failure that passes: unittest fails it
-        return "failed", "unexpected success on the CPU (the test is marked expected to fail)", rec.result()
+        return "failed", f"unexpected success {label.where} (the test is marked expected to fail)"
     if result.expectedFailures:
-        return "failed", "expected failure on the CPU: " + _first_line(result.expectedFailures[0][1]), rec.result()
+        return "failed", f"expected failure {label.where}: " + _first_line(result.expectedFailures[0][1])
     if result.skipped:
-        return "skipped", str(result.skipped[0][1])[:300], rec.result()
-    return "passed", "", rec.result()
+        return "skipped", str(result.skipped[0][1])[:300]
+    return "passed", ""
 
 
 _ASSERT_ORIGINAL: dict[str, Any] = {}
@@ -307,6 +328,14 @@ def _quiet_assertions(rec: _Recorder | None) -> None:
 
 
 def _import(root: Path, file: str) -> Any:
+    from torch.testing._internal import common_device_type
+
+    common_device_type.CPUTestBase.device_type = DEVICE  # the twin's device argument, recognisable
+    return import_test_file(root, file)
+
+
+def import_test_file(root: Path, file: str) -> Any:
+    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable)."""
     import importlib.util
 
     path = (root / file).resolve()
@@ -314,9 +343,6 @@ def _import(root: Path, file: str) -> Any:
         if p not in sys.path:
             sys.path.insert(0, p)
     sys.argv = [str(path)]  # common_utils parses the command line when imported
-    from torch.testing._internal import common_device_type
-
-    common_device_type.CPUTestBase.device_type = DEVICE  # the twin's device argument, recognisable
     name = f"crcr_traced_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -327,14 +353,22 @@ def _import(root: Path, file: str) -> Any:
     return module
 
 
-def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> None:
-    """Trace each ``[id, cls, method, device]`` of ``file`` and ``emit`` a JSON-able line per start and end."""
+def import_or_report(load: Any, emit: Any) -> Any:
+    """``load()``'s module, or None after emitting why: a file that does not import loses every trace (the static
+    reading decides)."""
     try:
-        module = _import(root, file)
-    except BaseException as exc:  # the file does not import: every trace is lost, the static reading decides
+        return load()
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         emit({"import_error": f"{type(exc).__name__}: {_first_line(str(exc))}"})
+        return None
+
+
+def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> None:
+    """Trace each ``[id, cls, method, device]`` of ``file`` and ``emit`` a JSON-able line per start and end."""
+    module = import_or_report(lambda: _import(root, file), emit)
+    if module is None:
         return
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
@@ -355,17 +389,23 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
 
 
 def main(argv: list[str]) -> int:
-    src, dst = argv[1], argv[2]
-    request = json.loads(Path(src).read_text(encoding="utf-8"))
     os.environ["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"  # only the CPU twins are instantiated
     os.environ.pop("TORCH_TEST_DEVICES", None)  # warning filters stay as they are: tests record warnings
+    return serve(argv, trace_tests)
+
+
+def serve(argv: list[str], trace: Any) -> int:
+    """``python -m MODULE IN OUT``: run ``trace(root, file, tests, emit)`` on the request IN, one JSON line per
+    event appended to OUT (flushed at once: a crash loses only the test that was running)."""
+    src, dst = argv[1], argv[2]
+    request = json.loads(Path(src).read_text(encoding="utf-8"))
     with open(dst, "a", encoding="utf-8") as out:
 
         def emit(line: dict[str, Any]) -> None:
             out.write(json.dumps(line, sort_keys=True) + "\n")
             out.flush()
 
-        trace_tests(Path(request["root"]), request["file"], request["tests"], emit)
+        trace(Path(request["root"]), request["file"], request["tests"], emit)
     return 0
 
 
