@@ -370,21 +370,36 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
     module = import_or_report(lambda: _import(root, file), emit)
     if module is None:
         return
+
+    def find(cls_name: str, method: str, device: str) -> tuple[Any, str | None, str]:
+        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
+        cls = getattr(module, cpu_cls, None) if cpu_cls else None
+        return cls, cpu_method, f"no CPU test {cpu_cls}.{cpu_method}"
+
+    def run(cls: Any, method: str) -> tuple[str, str, list[dict[str, Any]]]:
+        outcome, error, ops = _run_case(cls, method, traced=True)
+        if outcome == "failed":
+            plain, _, _ = _run_case(cls, method, traced=False)
+            if plain == "passed":
+                outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
+        return outcome, error, ops
+
+    run_traces(tests, emit, find, run, "cpu")
+
+
+def run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
+    """For each ``[id, cls, method, device]``: ``find`` the class and method to run (or why there is none), ``run``
+    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``."""
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
         start = time.perf_counter()
-        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
-        cls = getattr(module, cpu_cls, None) if cpu_cls else None
-        if cls is None or cpu_method is None or not hasattr(cls, cpu_method):
-            emit(CpuTrace(id=test_id, outcome="no_twin", error=f"no CPU test {cpu_cls}.{cpu_method}").model_dump())
+        cls, name, missing = find(cls_name, method, device)
+        if cls is None or name is None or not hasattr(cls, name):
+            emit(CpuTrace(id=test_id, outcome="no_twin", error=missing, kind=kind).model_dump())
             continue
-        outcome, error, ops = _run_case(cls, cpu_method, traced=True)
-        if outcome == "failed":
-            plain, _, _ = _run_case(cls, cpu_method, traced=False)
-            if plain == "passed":
-                outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
-        trace = CpuTrace(id=test_id, outcome=outcome, error=error, ops=[TraceOp(**o) for o in ops],
-                         seconds=round(time.perf_counter() - start, 3), twin=f"{cpu_cls}.{cpu_method}")
+        outcome, error, ops = run(cls, name)
+        trace = CpuTrace(id=test_id, outcome=outcome, error=error, ops=[TraceOp(**o) for o in ops], kind=kind,
+                         seconds=round(time.perf_counter() - start, 3), twin=f"{cls.__name__}.{name}")
         emit(trace.model_dump(exclude_none=True))
 
 

@@ -21,12 +21,18 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from crcr.contracts.cputrace import CpuTrace, TraceOp
-from runners.cpu_trace import RunLabel, import_or_report, import_test_file, row_length, run_unittest, serve
+from runners.cpu_trace import (
+    RunLabel,
+    import_or_report,
+    import_test_file,
+    row_length,
+    run_traces,
+    run_unittest,
+    serve,
+)
 
 SHADOW_RUN = RunLabel("the device-shadow run", "in the device-shadow run")
 
@@ -59,20 +65,15 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
         return
     from runners.snpu.shadow import ShadowRecorder, shadow
 
-    for test_id, cls_name, method, _device in tests:
-        emit({"start": test_id})
-        start = time.perf_counter()
-        cls = getattr(module, cls_name, None)
-        if cls is None or not hasattr(cls, method):
-            emit(CpuTrace(id=test_id, outcome="no_twin", kind="device-shadow",
-                          error=f"no test {cls_name}.{method} in the file as snpu instantiates it").model_dump())
-            continue
+    def find(cls_name: str, method: str, device: str) -> tuple[Any, str, str]:
+        return getattr(module, cls_name, None), method, f"no test {cls_name}.{method} in the file as snpu instantiates it"
+
+    def run(cls: Any, method: str) -> tuple[str, str, list[dict[str, Any]]]:
         rec = ShadowRecorder(row_length)
         outcome, error = run_unittest(cls, method, shadow(rec), SHADOW_RUN)
-        trace = CpuTrace(id=test_id, outcome=outcome, error=error, kind="device-shadow",
-                         ops=[TraceOp(**o) for o in rec.result()], seconds=round(time.perf_counter() - start, 3),
-                         twin=f"{cls_name}.{method}")
-        emit(trace.model_dump(exclude_none=True))
+        return outcome, error, rec.result()
+
+    run_traces(tests, emit, find, run, "device-shadow")
 
 
 def main(argv: list[str]) -> int:
