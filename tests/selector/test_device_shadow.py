@@ -171,3 +171,10 @@ def test_each_kind_has_its_own_cache_and_says_which_it_is(plans):
         assert len(found) == 1, found
         kinds[kind] = {rec.get("kind", "cpu") for rec in json.loads(found[0].read_text(encoding="utf-8")).values()}
     assert kinds == {"cpu": {"cpu"}, "shadow": {"device-shadow"}}
+
+
+def test_an_unknown_trace_kind_is_refused(cli, tmp_path):
+    code, _, err = cli("select", "plan", "-b", "snpu", "--trace-with", "gpu", "--out", tmp_path / "plan")
+    assert code != 0
+    assert "--trace-with 'gpu': one of shadow, cpu" in err, err
+    assert not (tmp_path / "plan").exists()
