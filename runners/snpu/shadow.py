@@ -8,7 +8,8 @@ tensors go through, while no snpu compute kernel decides the outcome. While :fun
 * records it (the name the CPU trace gives it, the dtypes and layouts of its snpu tensors, their largest numel and
   the softmax / norm row it reduces over, ``runners.cpu_trace.row_length``) *before* running it, so an op that
   raises is recorded too; ``prims::`` ops run their aten implementation on the snpu tensors as snpu routes them, so
-  each aten op they are made of is recorded on its own;
+  each aten op they are made of is recorded on its own (a prim without an aten implementation, which snpu refuses,
+  is recorded under its own name);
 * records, never raises, what snpu refuses for want of units: float64 and complex tensors, requested dtypes and
   Python complex scalars (the planner refuses them afterwards from the capability file, naming the op and dtype);
   the factory kernels' dtype check (``empty.memory_format``, ``empty_strided``) records too;
@@ -90,16 +91,20 @@ def _shadow_call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dic
     rec = _active
     assert rec is not None
     name = func.name()
+    impl = None
+    if func.namespace == "prims":
+        packet = getattr(torch.ops.prims, func._schema.name.split("::")[1], None)
+        impl = getattr(packet, "impl_aten", None)
+    if impl is not None:
+        # as snpu routes it: each aten op it is made of reaches this function and is recorded; the prim itself
+        # needs no kernel of its own (one without an aten implementation is recorded below: snpu refuses it)
+        dispatch.check_inputs(func, args, kwargs, refuse=lambda dtype, op: None)
+        return impl(*args, **kwargs)
     refused: list[Any] = []
     rec.record(name, _snpu_tensors((args, kwargs)), rec.row_of(name, args))
     dispatch.check_inputs(func, args, kwargs, refuse=lambda dtype, op: refused.append(dtype))
     if refused:
         rec.record(name, [], dtypes=tuple(refused))
-    if func.namespace == "prims":
-        packet = getattr(torch.ops.prims, func._schema.name.split("::")[1], None)
-        impl = getattr(packet, "impl_aten", None)
-        if impl is not None:  # as snpu routes it: each aten op it is made of reaches this function
-            return impl(*args, **kwargs)
     kernel = dispatch.lookup(func)
     cpu_args = dispatch.unwrap(args)
     if kernel is not None and kernel.keep_device:  # _to_copy: snpu's device routing

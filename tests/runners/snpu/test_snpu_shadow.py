@@ -75,3 +75,16 @@ def test_shadow_mode_ends_with_its_block():
         pass
     with pytest.raises(SnpuDtypeError):
         torch.zeros(2, device="snpu", dtype=torch.float64)
+
+
+def test_a_prim_is_recorded_as_the_aten_ops_snpu_routes_it_to():
+    """snpu runs ``prims::`` ops through their aten implementation (features.prims): the prim needs no kernel of its
+    own, the aten ops it is made of do."""
+    rec = ShadowRecorder(row_length)
+    with shadow(rec):
+        x = torch.ones(3, device="snpu")
+        y = torch.ops.prims.convert_element_type(x, torch.float16)
+        assert y.dtype == torch.float16 and isinstance(y, SnpuTensor)
+    ops = _ops(rec)
+    assert not [op for op in ops if op.startswith("prims::")], ops
+    assert "float16" in ops["aten::empty_like"]["dtypes"] and "aten::copy_" in ops, ops  # its aten implementation
