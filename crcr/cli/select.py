@@ -321,8 +321,9 @@ def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
 
 def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path,
                  kind: str = "cpu") -> dict[str, Any]:
-    """Run the ``--trace-with`` ``kind``'s child (``runners.device_shadow``, ``runners.cpu_trace``) over ``chunk``; a test that crashes the child is recorded as crashed and the
-    rest run again in a fresh child; a child that makes no progress loses the rest (recorded as lost)."""
+    """Run the ``--trace-with`` ``kind``'s child (``runners.device_shadow``, ``runners.cpu_trace``) over ``chunk``;
+    a test that crashes the child is recorded as crashed and the rest run again in a fresh child; a child that makes
+    no progress loses the rest (recorded as lost)."""
     import subprocess
 
     from pydantic import ValidationError
@@ -472,9 +473,11 @@ def _print_report(report: Any, as_json: bool) -> None:
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
     "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
     "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
-    "the agent decides the rest: with --pytorch-src, where the device runs here, the CPU twin of each plain device "
-    "test (and of each OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and planned from the aten ops it really called (the CPU trace, "
-    "cached in the data dir; --no-trace skips it, and tests without a trace are read statically); --agent offline (default, "
+    "the agent decides the rest: with --pytorch-src, where the device runs here, each plain device test (and each "
+    "OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and "
+    "planned from the aten ops it really called (the trace: by default the device test itself with snpu's tensors and "
+    "the CPU's kernels, --trace-with cpu its CPU twin; cached in the data dir; --no-trace skips it, and tests without "
+    "a trace are read statically); --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
     "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
@@ -499,9 +502,10 @@ def plan_cmd(
                                                          "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
                                                          "rest is planned from the capability file")] = None,
     trace: Annotated[bool, typer.Option("--trace/--no-trace", help="with --pytorch-src, where the device runs on "
-                                        "this machine (snpu): run the CPU twin of each plain device test the agent "
-                                        "decides, and of each OpInfo test of a generic template, once under a recording mode and plan it from the aten ops it "
-                                        "really called (cached in the data dir)")] = True,
+                                        "this machine (snpu): run each plain device test the agent decides, and each "
+                                        "OpInfo test of a generic template, once under a recording mode (see "
+                                        "--trace-with) and plan it from the aten ops it really called (cached in the "
+                                        "data dir)")] = True,
     trace_with: Annotated[str, typer.Option("--trace-with", help="what --trace runs: 'shadow' (default) the device "
                                             "test itself with snpu's tensors and the CPU's kernels (no snpu kernel "
                                             "decides the outcome), or 'cpu' the test's CPU twin")] = "shadow",
