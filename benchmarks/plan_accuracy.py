@@ -18,8 +18,9 @@ A plan mode is confirmed when a ``run`` test passes or a ``skip``/``xfail`` test
 refused; accuracy is confirmed over executed tests. Three baselines from the same run: "run
 everything" (the share that passes), the rules without the test-template rules
 (dtype-claims, python-refs, template-probe), undecided tests falling to the plan default (skip),
-and the plan without the CPU trace (``crcr select plan --no-trace``: the offline agent reads plain
-device tests statically).
+the plan without the CPU trace (``crcr select plan --no-trace``: the offline agent reads plain
+device tests statically), and the plan with the CPU twin's trace instead of the device-shadow run
+(``--trace-with cpu``).
 
 Files passed with --tuned are those the rules were tuned on; --held-back were not looked at
 while writing the rules: the headline figure is the held-back one.
@@ -100,25 +101,28 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
     crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
          "--out", str(plan_dir), "--no-cache")
     t_plan = time.perf_counter() - t0
-    static_dir = work / f"plan-{stem}-no-trace"
-    shutil.rmtree(static_dir, ignore_errors=True)
-    t0 = time.perf_counter()
-    crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
-         "--out", str(static_dir), "--no-cache", "--no-trace")
-    t_static = time.perf_counter() - t0
+    variants, seconds = {}, {}
+    for name, flags in (("no-trace", ("--no-trace",)), ("cpu-twin", ("--trace-with", "cpu"))):
+        variants[name] = work / f"plan-{stem}-{name}"
+        shutil.rmtree(variants[name], ignore_errors=True)
+        t0 = time.perf_counter()
+        crcr("select", "plan", "-b", backend, "--inventory", str(inv_path), "--pytorch-src", str(checkout),
+             "--out", str(variants[name]), "--no-cache", *flags)
+        seconds[name] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if not (reuse and results.is_file()):  # the ground truth does not depend on the rules
         crcr("run", "--device", caps.device, "--pytorch-src", str(checkout), "--file", file, *k, "--shard", shard,
              "--no-rerun", "--timeout", "120", "--results", str(results))
     t_run = time.perf_counter() - t0
     plan = load_plan(plan_dir)
-    static_plan = load_plan(static_dir)
+    static_plan, twin_plan = load_plan(variants["no-trace"]), load_plan(variants["cpu-twin"])
     inventory = load_inventory(inv_path).by_id()
     old_rules = tuple(r for r in R.DEFAULT_RULES if not isinstance(r, R.DtypeClaims | R.PythonRefs | R.TemplateProbe))
     matrix: Counter[tuple[str, str]] = Counter()
     base_old: Counter[tuple[str, str]] = Counter()
     base_all: Counter[tuple[str, str]] = Counter()
     base_static: Counter[tuple[str, str]] = Counter()
+    base_twin: Counter[tuple[str, str]] = Counter()
     by_source: Counter[str] = Counter()
     misses: list[str] = []
     for result in json.loads(results.read_text())["tests"]:
@@ -136,11 +140,14 @@ def measure(checkout: Path, file: str, shard: str, backend: str, work: Path, key
         base_all[("run", outcome)] += 1
         static_mode = static_plan.resolve(result["id"]).mode
         base_static[("xfail" if static_mode.startswith("xfail") else static_mode, outcome)] += 1
-        if outcome != "skipped" and not confirmed(mode, outcome) and len(misses) < 8:
+        twin_mode = twin_plan.resolve(result["id"]).mode
+        base_twin[("xfail" if twin_mode.startswith("xfail") else twin_mode, outcome)] += 1
+        if outcome != "skipped" and not confirmed(mode, outcome) and len(misses) < 60:
             misses.append(f"{result['id'].split('::')[-1]}: planned {mode} ({decision.reason[:90]}), "
                           f"{outcome} [{result.get('error_class') or '-'}]")
     return {"file": file, "matrix": matrix, "old": base_old, "all_run": base_all, "no_trace": base_static,
-            "by_source": by_source, "misses": misses, "plan_s": t_plan, "plan_no_trace_s": t_static, "run_s": t_run,
+            "cpu_twin": base_twin, "by_source": by_source, "misses": misses, "plan_s": t_plan,
+            "plan_no_trace_s": seconds["no-trace"], "plan_cpu_twin_s": seconds["cpu-twin"], "run_s": t_run,
             "tests_in_file": len(inventory)}
 
 
@@ -169,6 +176,7 @@ def main() -> None:
             old_totals: Counter[tuple[str, str]] = Counter()
             all_totals: Counter[tuple[str, str]] = Counter()
             static_totals: Counter[tuple[str, str]] = Counter()
+            twin_totals: Counter[tuple[str, str]] = Counter()
             for spec in files:
                 file, _, shard = spec.partition("@")  # test/test_x.py@1/4: this file's own shard
                 shard = shard or args.shard
@@ -177,11 +185,14 @@ def main() -> None:
                 old_totals.update(r["old"])
                 all_totals.update(r["all_run"])
                 static_totals.update(r["no_trace"])
+                twin_totals.update(r["cpu_twin"])
                 print(f"[{group}] {file}: {r['tests_in_file']} tests collected and planned, shard {shard} "
-                      f"executed; plan {r['plan_s']:.0f}s (without the CPU trace {r['plan_no_trace_s']:.0f}s), "
+                      f"executed; plan {r['plan_s']:.0f}s (with the CPU twin {r['plan_cpu_twin_s']:.0f}s, without the "
+                      f"CPU trace {r['plan_no_trace_s']:.0f}s), "
                       f"run {r['run_s']:.0f}s; decided by {dict(r['by_source'])}")
                 print(matrix_text(r["matrix"]))
-                for name, m in (("plan", r["matrix"]), ("plan without the CPU trace", r["no_trace"]),
+                for name, m in (("plan", r["matrix"]), ("plan with the CPU twin", r["cpu_twin"]),
+                                ("plan without the CPU trace", r["no_trace"]),
                                 ("rules without template rules", r["old"]), ("run everything", r["all_run"])):
                     g, e = accuracy(m)
                     print(f"    accuracy {name}: {g}/{e} = {g / e:.3f}" if e else f"    accuracy {name}: nothing executed")
@@ -192,8 +203,10 @@ def main() -> None:
                 go, _ = accuracy(old_totals)
                 ga, _ = accuracy(all_totals)
                 gs, _ = accuracy(static_totals)
+                gt, _ = accuracy(twin_totals)
                 if e:
-                    print(f"[{group}] all files: plan {g}/{e} = {g / e:.3f}; plan without the CPU trace "
+                    print(f"[{group}] all files: plan {g}/{e} = {g / e:.3f}; plan with the CPU twin {gt / e:.3f}; "
+                          "plan without the CPU trace "
                           f"{gs / e:.3f}; rules without template rules "
                           f"{go / e:.3f}; run everything {ga / e:.3f}; plan / run-everything = {g / max(ga, 1):.2f}x")
                 print(matrix_text(totals))

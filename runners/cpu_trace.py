@@ -218,10 +218,6 @@ class _Timeout(Exception):
     pass
 
 
-def _alarm(signum: int, frame: Any) -> None:
-    raise _Timeout(f"the CPU twin ran longer than {TRACE_SECONDS} s")
-
-
 _ERROR_LINE = re.compile(r"^[\w.]*(Error|Exception|Failure|Interrupt|Exit)\b")
 
 
@@ -247,39 +243,64 @@ def receives_device(fn: Any) -> bool | None:
 
 def _run_case(cls: Any, method: str, traced: bool) -> tuple[str, str, list[dict[str, Any]]]:
     """(outcome, error, ops) of one run of ``cls.method``."""
-    import unittest
-
     rec = _Recorder()
     rec.cpu_device_objects = receives_device(getattr(cls, method, None)) is not False
+
+    @contextlib.contextmanager
+    def recording() -> Any:
+        functions, dispatch = _modes(rec)
+        _quiet_assertions(rec)
+        try:
+            with functions, dispatch:
+                yield
+        finally:
+            _quiet_assertions(None)
+
+    outcome, error = run_unittest(cls, method, recording() if traced else contextlib.nullcontext(), CPU_RUN)
+    return outcome, error, rec.result()
+
+
+class RunLabel:
+    """How a traced run names itself in its outcome's text (the CPU twin, the device-shadow run)."""
+
+    def __init__(self, subject: str, where: str) -> None:
+        self.subject, self.where = subject, where
+
+
+CPU_RUN = RunLabel("the CPU twin", "on the CPU")
+
+
+def run_unittest(cls: Any, method: str, context: Any, label: RunLabel) -> tuple[str, str]:
+    """(outcome, error) of one run of ``cls.method`` inside ``context``, stopped after ``TRACE_SECONDS``."""
+    import unittest
+
     result = unittest.TestResult()
     case = cls(method)
+
+    def alarm(signum: int, frame: Any) -> None:
+        raise _Timeout(f"{label.subject} ran longer than {TRACE_SECONDS} s")
+
     if hasattr(signal, "SIGALRM"):
-        signal.signal(signal.SIGALRM, _alarm)
+        signal.signal(signal.SIGALRM, alarm)
         signal.alarm(TRACE_SECONDS)
     try:
-        if traced:
-            functions, dispatch = _modes(rec)
-            _quiet_assertions(rec)
-            with functions, dispatch:
-                case.run(result)
-        else:
+        with context:
             case.run(result)
     finally:
         if hasattr(signal, "SIGALRM"):
             signal.alarm(0)
-        _quiet_assertions(None)
     problems = result.errors + result.failures
     if any("_Timeout" in text for _, text in problems):
-        return "timeout", f"the CPU twin ran longer than {TRACE_SECONDS} s", rec.result()
+        return "timeout", f"{label.subject} ran longer than {TRACE_SECONDS} s"
     if problems:
-        return "failed", _first_line(problems[0][1]), rec.result()
+        return "failed", _first_line(problems[0][1])
     if result.unexpectedSuccesses:  # an upstream expected failure that passes: unittest fails it
-        return "failed", "unexpected success on the CPU (the test is marked expected to fail)", rec.result()
+        return "failed", f"unexpected success {label.where} (the test is marked expected to fail)"
     if result.expectedFailures:
-        return "failed", "expected failure on the CPU: " + _first_line(result.expectedFailures[0][1]), rec.result()
+        return "failed", f"expected failure {label.where}: " + _first_line(result.expectedFailures[0][1])
     if result.skipped:
-        return "skipped", str(result.skipped[0][1])[:300], rec.result()
-    return "passed", "", rec.result()
+        return "skipped", str(result.skipped[0][1])[:300]
+    return "passed", ""
 
 
 _ASSERT_ORIGINAL: dict[str, Any] = {}
@@ -307,6 +328,14 @@ def _quiet_assertions(rec: _Recorder | None) -> None:
 
 
 def _import(root: Path, file: str) -> Any:
+    from torch.testing._internal import common_device_type
+
+    common_device_type.CPUTestBase.device_type = DEVICE  # the twin's device argument, recognisable
+    return import_test_file(root, file)
+
+
+def import_test_file(root: Path, file: str) -> Any:
+    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable)."""
     import importlib.util
 
     path = (root / file).resolve()
@@ -314,9 +343,6 @@ def _import(root: Path, file: str) -> Any:
         if p not in sys.path:
             sys.path.insert(0, p)
     sys.argv = [str(path)]  # common_utils parses the command line when imported
-    from torch.testing._internal import common_device_type
-
-    common_device_type.CPUTestBase.device_type = DEVICE  # the twin's device argument, recognisable
     name = f"crcr_traced_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -327,45 +353,74 @@ def _import(root: Path, file: str) -> Any:
     return module
 
 
-def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> None:
-    """Trace each ``[id, cls, method, device]`` of ``file`` and ``emit`` a JSON-able line per start and end."""
+def import_or_report(load: Any, emit: Any) -> Any:
+    """``load()``'s module, or None after emitting why: a file that does not import loses every trace (the static
+    reading decides)."""
     try:
-        module = _import(root, file)
-    except BaseException as exc:  # the file does not import: every trace is lost, the static reading decides
+        return load()
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         emit({"import_error": f"{type(exc).__name__}: {_first_line(str(exc))}"})
+        return None
+
+
+def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> None:
+    """Trace each ``[id, cls, method, device]`` of ``file`` and ``emit`` a JSON-able line per start and end."""
+    module = import_or_report(lambda: _import(root, file), emit)
+    if module is None:
         return
+
+    def find(cls_name: str, method: str, device: str) -> tuple[Any, str | None, str]:
+        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
+        cls = getattr(module, cpu_cls, None) if cpu_cls else None
+        return cls, cpu_method, f"no CPU test {cpu_cls}.{cpu_method}"
+
+    def run(cls: Any, method: str) -> tuple[str, str, list[dict[str, Any]]]:
+        outcome, error, ops = _run_case(cls, method, traced=True)
+        if outcome == "failed":
+            plain, _, _ = _run_case(cls, method, traced=False)
+            if plain == "passed":
+                outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
+        return outcome, error, ops
+
+    run_traces(tests, emit, find, run, "cpu")
+
+
+def run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
+    """For each ``[id, cls, method, device]``: ``find`` the class and method to run (or why there is none), ``run``
+    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``."""
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
         start = time.perf_counter()
-        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
-        cls = getattr(module, cpu_cls, None) if cpu_cls else None
-        if cls is None or cpu_method is None or not hasattr(cls, cpu_method):
-            emit(CpuTrace(id=test_id, outcome="no_twin", error=f"no CPU test {cpu_cls}.{cpu_method}").model_dump())
+        cls, name, missing = find(cls_name, method, device)
+        if cls is None or name is None or not hasattr(cls, name):
+            emit(CpuTrace(id=test_id, outcome="no_twin", error=missing, kind=kind).model_dump())
             continue
-        outcome, error, ops = _run_case(cls, cpu_method, traced=True)
-        if outcome == "failed":
-            plain, _, _ = _run_case(cls, cpu_method, traced=False)
-            if plain == "passed":
-                outcome, error = "trace_broke", f"passes on the CPU without the trace, fails under it: {error}"
-        trace = CpuTrace(id=test_id, outcome=outcome, error=error, ops=[TraceOp(**o) for o in ops],
-                         seconds=round(time.perf_counter() - start, 3), twin=f"{cpu_cls}.{cpu_method}")
+        outcome, error, ops = run(cls, name)
+        trace = CpuTrace(id=test_id, outcome=outcome, error=error, ops=[TraceOp(**o) for o in ops], kind=kind,
+                         seconds=round(time.perf_counter() - start, 3), twin=f"{cls.__name__}.{name}")
         emit(trace.model_dump(exclude_none=True))
 
 
 def main(argv: list[str]) -> int:
-    src, dst = argv[1], argv[2]
-    request = json.loads(Path(src).read_text(encoding="utf-8"))
     os.environ["PYTORCH_TESTING_DEVICE_ONLY_FOR"] = "cpu"  # only the CPU twins are instantiated
     os.environ.pop("TORCH_TEST_DEVICES", None)  # warning filters stay as they are: tests record warnings
+    return serve(argv, trace_tests)
+
+
+def serve(argv: list[str], trace: Any) -> int:
+    """``python -m MODULE IN OUT``: run ``trace(root, file, tests, emit)`` on the request IN, one JSON line per
+    event appended to OUT (flushed at once: a crash loses only the test that was running)."""
+    src, dst = argv[1], argv[2]
+    request = json.loads(Path(src).read_text(encoding="utf-8"))
     with open(dst, "a", encoding="utf-8") as out:
 
         def emit(line: dict[str, Any]) -> None:
             out.write(json.dumps(line, sort_keys=True) + "\n")
             out.flush()
 
-        trace_tests(Path(request["root"]), request["file"], request["tests"], emit)
+        trace(Path(request["root"]), request["file"], request["tests"], emit)
     return 0
 
 

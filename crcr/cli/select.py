@@ -319,9 +319,11 @@ def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
         (not t.op and classify(t, ctx) is None) or (trace_wanted(t) and classify(t, ctx, DEFAULT_RULES[:cut]) is None))]
 
 
-def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path) -> dict[str, Any]:
-    """Run ``runners.cpu_trace`` over ``chunk``; a test that crashes the child is recorded as crashed and the
-    rest run again in a fresh child; a child that makes no progress loses the rest (recorded as lost)."""
+def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path,
+                 kind: str = "cpu") -> dict[str, Any]:
+    """Run the ``--trace-with`` ``kind``'s child (``runners.device_shadow``, ``runners.cpu_trace``) over ``chunk``;
+    a test that crashes the child is recorded as crashed and the rest run again in a fresh child; a child that makes
+    no progress loses the rest (recorded as lost)."""
     import subprocess
 
     from pydantic import ValidationError
@@ -329,6 +331,7 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
     from crcr.contracts.cputrace import CpuTrace
     from runners.cpu_trace import TRACE_SECONDS
 
+    runner, _, made = TRACE_KINDS[kind]
     got: dict[str, CpuTrace] = {}
     pending = list(chunk)
     while pending:
@@ -338,7 +341,7 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
                                    "tests": [[t.id, t.cls, t.method, t.device] for t in pending]}), encoding="utf-8")
         stderr = ""
         try:
-            proc = subprocess.run([sys.executable, "-m", "runners.cpu_trace", str(src), str(dst)], env=env,
+            proc = subprocess.run([sys.executable, "-m", runner, str(src), str(dst)], env=env,
                                   timeout=120 + 2 * TRACE_SECONDS * len(pending), capture_output=True, text=True,
                                   check=False)
             stderr = proc.stderr
@@ -358,19 +361,26 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
         last = (stderr.strip().splitlines() or ["no output"])[-1][:200]
         for i in started:
             if i not in got:  # started, never ended: this test took the child down
-                got[i] = CpuTrace(id=i, outcome="crashed", error=last)
+                got[i] = CpuTrace(id=i, outcome="crashed", error=last, kind=made)
         rest = [t for t in pending if t.id not in got]
         if len(rest) == len(pending):  # no progress at all: the file does not import, or the child died at once
-            got.update({t.id: CpuTrace(id=t.id, outcome="lost", error=last) for t in rest})
+            got.update({t.id: CpuTrace(id=t.id, outcome="lost", error=last, kind=made) for t in rest})
             break
         pending = rest
     return got
 
 
-def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path) -> None:
-    """Run the CPU twin of every device test ``_agent_tests`` names under ``runners.cpu_trace`` (cached in the
-    data dir by file content, torch version and trace code) and hand the traces to the agent through the
-    capability object. Only for a device that runs on this machine (snpu)."""
+# --trace-with: the child module that traces, what its progress lines call a run, the CpuTrace kind it writes
+TRACE_KINDS = {"shadow": ("runners.device_shadow", "device-shadow runs", "device-shadow"),
+               "cpu": ("runners.cpu_trace", "CPU twins", "cpu")}
+
+
+def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path,
+                       kind: str = "shadow") -> None:
+    """Trace every device test ``_agent_tests`` names (cached in the data dir by file content, torch version, trace
+    kind and trace code) and hand the traces to the agent through the capability object. ``kind`` "shadow": the
+    device test itself in snpu's shadow mode (``runners.device_shadow``); "cpu": its CPU twin
+    (``runners.cpu_trace``). Only for a device that runs on this machine (snpu)."""
     import hashlib
     import time
     from importlib.metadata import version
@@ -383,9 +393,12 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         typer.echo(f"cpu trace: none for device {caps.device} (it does not run on this machine); the agent reads "
                    "test sources statically", err=True)
         return
-    import runners
-    from runners.cpu_trace import code_digest
+    import importlib
 
+    import runners
+
+    runner, what, _ = TRACE_KINDS[kind]
+    code_digest = importlib.import_module(runner).code_digest
     wanted = _agent_tests(inv, caps, dis, tools)
     by_file: dict[str, list[Any]] = {}
     for t in wanted:
@@ -401,7 +414,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         if not path.is_file():
             continue
         key = hashlib.sha256(f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{version('torch')}:{code_digest()}"
-                             .encode()).hexdigest()[:16]
+                             f"{'' if kind == 'cpu' else ':' + kind}".encode()).hexdigest()[:16]
         cache_path = data_dir / "selector" / f"cpu-trace-{key}.json"
         cached: dict[str, CpuTrace] = {}
         if cache_path.is_file():
@@ -414,8 +427,8 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         with tempfile.TemporaryDirectory(prefix="crcr-trace-") as tmp:
             for n in range(0, len(missing), TRACE_CHUNK):
                 chunk = missing[n:n + TRACE_CHUNK]
-                typer.echo(f"cpu trace: {file} {n + len(chunk)}/{len(missing)} CPU twins ...", err=True)
-                cached.update(_trace_chunk(root, file, chunk, env, Path(tmp)))
+                typer.echo(f"cpu trace: {file} {n + len(chunk)}/{len(missing)} {what} ...", err=True)
+                cached.update(_trace_chunk(root, file, chunk, env, Path(tmp), kind))
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
                 cache_path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
                                                  sort_keys=True), encoding="utf-8")  # after every chunk
@@ -425,7 +438,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     for rec in traces.values():
         outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
     typer.echo(f"cpu trace: {len(wanted)} device tests (plain, or OpInfo of a generic template), {ran} traced "
-               f"({time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
+               f"({what}, {time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
                + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
     caps.attach_cpu_traces(traces)
 
@@ -460,9 +473,11 @@ def _print_report(report: Any, as_json: bool) -> None:
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
     "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
     "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
-    "the agent decides the rest: with --pytorch-src, where the device runs here, the CPU twin of each plain device "
-    "test (and of each OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and planned from the aten ops it really called (the CPU trace, "
-    "cached in the data dir; --no-trace skips it, and tests without a trace are read statically); --agent offline (default, "
+    "the agent decides the rest: with --pytorch-src, where the device runs here, each plain device test (and each "
+    "OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and "
+    "planned from the aten ops it really called (the trace: by default the device test itself with snpu's tensors and "
+    "the CPU's kernels, --trace-with cpu its CPU twin; cached in the data dir; --no-trace skips it, and tests without "
+    "a trace are read statically); --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
     "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
@@ -487,9 +502,13 @@ def plan_cmd(
                                                          "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
                                                          "rest is planned from the capability file")] = None,
     trace: Annotated[bool, typer.Option("--trace/--no-trace", help="with --pytorch-src, where the device runs on "
-                                        "this machine (snpu): run the CPU twin of each plain device test the agent "
-                                        "decides, and of each OpInfo test of a generic template, once under a recording mode and plan it from the aten ops it "
-                                        "really called (cached in the data dir)")] = True,
+                                        "this machine (snpu): run each plain device test the agent decides, and each "
+                                        "OpInfo test of a generic template, once under a recording mode (see "
+                                        "--trace-with) and plan it from the aten ops it really called (cached in the "
+                                        "data dir)")] = True,
+    trace_with: Annotated[str, typer.Option("--trace-with", help="what --trace runs: 'shadow' (default) the device "
+                                            "test itself with snpu's tensors and the CPU's kernels (no snpu kernel "
+                                            "decides the outcome), or 'cpu' the test's CPU twin")] = "shadow",
 ) -> None:
     import hashlib
     import time
@@ -500,6 +519,8 @@ def plan_cmd(
     from selector.plan import context_digest, record_state, run_plan, up_to_date
 
     start = time.perf_counter()
+    if trace_with not in TRACE_KINDS:
+        raise InputError(f"--trace-with {trace_with!r}: one of {', '.join(TRACE_KINDS)}")
     caps, dis = _plan_inputs(backend, capabilities, disabled)
     the_agent = _build_agent(agent)
     out_dir = out or Path("configs/selections") / backend
@@ -534,7 +555,7 @@ def plan_cmd(
                                 set(probe_only or ()))
     if trace and pytorch_src is not None and _torch_importable():
         # traces are facts about the upstream files on this torch, not decisions: kept even with --no-cache
-        _attach_cpu_traces(inv, caps, dis, tools, _settings().data_dir, pytorch_src)
+        _attach_cpu_traces(inv, caps, dis, tools, _settings().data_dir, pytorch_src, trace_with)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 

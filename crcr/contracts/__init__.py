@@ -6,7 +6,7 @@
 - ``inventory``: what upstream tests exist (the selector plans over it)
 - ``plan``: per-backend selection files and the one resolver (patterns, precedence)
 - ``pick``: the ordered per-PR subset of a plan's runnable tests
-- ``cputrace``: what a plain device test's CPU twin called on device tensors (``crcr select plan``'s CPU trace)
+- ``cputrace``: what a device test called on device tensors, run as its CPU twin or (snpu) as itself in snpu's shadow mode (``crcr select plan``'s trace)
 
 All are versioned with ``schema_version``.
 """

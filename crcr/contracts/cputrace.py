@@ -1,6 +1,7 @@
 """CPU trace: what a plain device test's CPU twin did, recorded once on this machine.
 
-Written by ``runners.cpu_trace`` (one JSON line per test), cached by ``crcr select plan`` in the data dir
+Written by ``runners.cpu_trace`` (the CPU twin) or ``runners.device_shadow`` (the device test itself, snpu's
+tensors with the CPU's kernels: ``kind`` says which; one JSON line per test), cached by ``crcr select plan`` in the data dir
 (``selector/cpu-trace-<key>.json``: test id -> trace) and read by the selector's agents, which plan the
 device test from it (docs/selector.md, "CPU trace"). Each ``TraceOp`` is one aten overload called on
 tensors that would live on the device.
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 CPU_TRACE_SCHEMA_VERSION = 1
+TraceKind = Literal["cpu", "device-shadow"]
 TraceOutcome = Literal["passed", "failed", "skipped", "timeout", "no_twin", "trace_broke", "crashed", "lost"]
 
 
@@ -29,15 +31,19 @@ class TraceOp(BaseModel):
 
 
 class CpuTrace(BaseModel):
-    """The CPU twin's outcome and the ops it called on device tensors, in the order first called."""
+    """The traced run's outcome and the ops it called on device tensors, in the order first called."""
 
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = CPU_TRACE_SCHEMA_VERSION
+    # absent in traces written before the device-shadow run existed: those are CPU twins
+    kind: TraceKind = Field("cpu", description="cpu: the CPU twin ran; device-shadow: the device test ran on the "
+                            "device's tensors with the CPU's kernels (runners.snpu.shadow)")
     id: str | None = Field(None, description="the device test's pytest id")
     outcome: TraceOutcome
     error: str = Field("", description="the exception line, or why there is no trace")
-    twin: str | None = Field(None, description="the CPU test run, e.g. TestFooCPU.test_x_cpu_float32")
+    twin: str | None = Field(None, description="the test run, e.g. TestFooCPU.test_x_cpu_float32 (cpu) or "
+                             "TestFooPRIVATEUSE1.test_x_snpu_float32 (device-shadow)")
     seconds: float | None = None
     ops: list[TraceOp] = Field(default_factory=list)
 

@@ -229,22 +229,28 @@ def _iter_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]):
                     yield b
 
 
-def check_inputs(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Refuse what the machine lacks and what CUDA would refuse too."""
+def check_inputs(
+    func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], refuse: Callable[[Any, str], None] | None = None
+) -> None:
+    """Refuse what the machine lacks and what CUDA would refuse too.
+
+    ``refuse(dtype, op)`` is called for a dtype the machine lacks (default: raise ``SnpuDtypeError``); the
+    device-shadow run (``runners.snpu.shadow``) records it instead and keeps the device checks."""
     name = func.name()
+    refuse = refuse or _raise_dtype
     cpu_seen = False
     for t in _iter_tensors(args, kwargs):
         if isinstance(t, SnpuTensor):
             if t.dtype in REFUSED_DTYPES:
-                raise SnpuDtypeError(t.dtype, name)
+                refuse(t.dtype, name)
         elif t.device.type != "meta" and t.dim() > 0:
             cpu_seen = True
         elif t.dim() == 0 and t.dtype.is_complex and name not in _MIXED_DEVICE_OK:
             # ``1j * t`` reaches here as a wrapped 0-dim complex CPU tensor
-            raise SnpuDtypeError(t.dtype, name)
+            refuse(t.dtype, name)
     for v in (*args, *kwargs.values()):
         if isinstance(v, complex):
-            raise SnpuDtypeError(torch.complex64, name)
+            refuse(torch.complex64, name)
     for arg in func._schema.arguments:
         if arg.is_out:
             target = kwargs.get(arg.name)
@@ -257,12 +263,16 @@ def check_inputs(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dic
                     )
     requested = kwargs.get("dtype")
     if requested in REFUSED_DTYPES and name != "aten::_to_copy":
-        raise SnpuDtypeError(requested, name)
+        refuse(requested, name)
     if cpu_seen and name not in _MIXED_DEVICE_OK:
         raise RuntimeError(
             f"Expected all tensors to be on the same device, but found at least two devices, "
             f"{_device_type}:0 and cpu! (when checking arguments for {name})"
         )
+
+
+def _raise_dtype(dtype: Any, op: str) -> None:
+    raise SnpuDtypeError(dtype, op)
 
 
 # --------------------------------------------------------------------------- the entry point

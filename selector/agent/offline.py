@@ -795,31 +795,48 @@ _TRACE_LOST = {
     "crashed": "the CPU twin crashed the trace",
 }
 
+_SHADOW_LOST = {
+    "no_twin": "no such test where snpu is registered",
+    "timeout": "the device-shadow run timed out",
+    "skipped": "the device-shadow run skipped itself",
+    "lost": "the device-shadow trace was lost",
+    "crashed": "the device-shadow run crashed",
+}
+
 
 def trace_answer(
     test: InventoryTest, trace: CpuTrace | None, tools: Tools, cap_ref: str
 ) -> tuple[AgentAnswer | None, str]:
-    """The decision a test's CPU trace supports (``runners.cpu_trace``), or None and why it cannot decide.
+    """The decision a test's trace supports, or None and why it cannot decide. The trace is the CPU twin's
+    (``runners.cpu_trace``) or, for snpu by default, the device-shadow run's (``runners.device_shadow``: the device
+    test itself with snpu's tensors and the CPU's kernels); both are read the same way.
 
-    Passed on the CPU: ``run`` when every aten op called on device tensors (backward ops included) has a kernel,
+    Passed: ``run`` when every aten op called on device tensors (backward ops included) has a kernel,
     no device tensor has a refused dtype, all are strided and no softmax or norm row is longer than the capability
-    file's ``limits.row_limits`` for its op (``limits.max_softmax_norm_row_elements`` in older files); else ``skip`` naming the first op, dtype, row or layout missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
+    file's ``limits.row_limits`` for its op (``limits.max_softmax_norm_row_elements`` in older files); else ``skip`` naming the first op, dtype, row or layout missing. Failed: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
     """
     if trace is None:
-        return None, "none recorded"
+        return None, "no CPU trace (none recorded)"
     outcome = trace.outcome
-    twin = trace.twin or "its CPU twin"
+    shadow = trace.kind == "device-shadow"
+    twin = (
+        f"the device-shadow run of {trace.twin or test.id} (snpu's tensors, CPU's kernels)"
+        if shadow
+        else f"the CPU trace of {trace.twin or 'its CPU twin'}"
+    )
     if outcome == "failed":
+        fails = "fails in the shadow run, where no snpu kernel ran" if shadow else "fails on the CPU too"
         return AgentAnswer(
             id=test.id,
             mode="xfail",
             confidence="medium",
-            reason=_clip(f"[agent:offline] read the CPU trace of {twin}: fails on the CPU too: {trace.error}"),
+            reason=_clip(f"[agent:offline] read {twin}: {fails}: {trace.error}"),
         ), ""
     if outcome != "passed":
-        why = _TRACE_LOST.get(outcome, outcome)
+        why = (_SHADOW_LOST if shadow else _TRACE_LOST).get(outcome, outcome)
         detail = trace.error[:80]
-        return None, why + (f": {detail}" if detail and outcome in ("lost", "crashed") else "")
+        why += f": {detail}" if detail and outcome in ("lost", "crashed") else ""
+        return None, f"no device-shadow trace ({why})" if shadow else f"no CPU trace ({why})"
     caps = tools.caps
     ops = trace.ops
     for seen in ops:
@@ -850,7 +867,9 @@ def trace_answer(
         mode="run",
         confidence="high" if ops else "medium",
         reason=_clip(
-            f"[agent:offline] read the CPU trace of {twin} and {cap_ref}: it passes on the CPU and "
+            f"[agent:offline] read {twin} and {cap_ref}: it passes "
+            + ("in the shadow run" if shadow else "on the CPU")
+            + " and "
             + (
                 f"every aten op its device tensors go through ({len(ops)}: {shown}) runs on {caps.device}"
                 if ops
@@ -877,7 +896,7 @@ def _trace_skip(test: InventoryTest, twin: str, cap_ref: str, what: str) -> Agen
         id=test.id,
         mode="skip",
         confidence="high",
-        reason=_clip(f"[agent:offline] read the CPU trace of {twin} and {cap_ref}: it calls {what}"),
+        reason=_clip(f"[agent:offline] read {twin} and {cap_ref}: it calls {what}"),
     )
 
 
@@ -1009,7 +1028,7 @@ class OfflineAgent:
         for tid, why in no_trace.items():
             a = answers.get(tid)
             if a is not None:
-                reason = a.reason.replace("[agent:offline] ", f"[agent:offline] no CPU trace ({why}); static reading: ", 1)
+                reason = a.reason.replace("[agent:offline] ", f"[agent:offline] {why}; static reading: ", 1)
                 answers[tid] = a.model_copy(update={"reason": _clip(reason)})
         return answers, Usage()
 

@@ -123,9 +123,25 @@ TESTS = [
 ]
 
 
+# where the device-shadow run (snpu's tensors, the CPU's kernels; the default for snpu) words a reason otherwise
+SHADOW_TEXT = {
+    "CPU trace": "device-shadow run",
+    "passes on the CPU": "passes in the shadow run",
+    "fails on the CPU too": "fails in the shadow run",
+    # a float64 factory on the device: snpu's allocation is where the refused dtype first shows
+    "aten::arange": "aten::empty.memory_format",
+    "aten::randn": "aten::empty.memory_format",
+}
+
+
+@pytest.fixture(scope="module", params=["cpu", "shadow"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
-    """(mode, reason) per test method, planned with the CPU trace as ``crcr select plan --pytorch-src`` does."""
+def traced(tmp_path_factory: pytest.TempPathFactory, kind: str) -> dict[str, tuple[str, str]]:
+    """(mode, reason) per test method, planned with the trace ``kind`` as ``crcr select plan --pytorch-src`` does."""
     from crcr.cli.select import _attach_cpu_traces
 
     root = tmp_path_factory.mktemp("checkout")
@@ -136,7 +152,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
     tools = Tools(caps, {t.id: t for t in made}, root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CRCR_TRACE_SECONDS", "3")
-        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / "data", root)
+        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / "data", root, kind)
     decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 
@@ -170,21 +186,27 @@ def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str
          "warnings-recorded", "to-cpu-is-host", "no-device-argument-is-host", "device-object-is-device",
          "raised-in-kernel-needs-kernel", "unexpected-success-fails"],
 )
-def test_the_trace_decides(traced, method, mode, said):
+def test_the_trace_decides(traced, kind, method, mode, said):
     got_mode, reason = traced[method]
     assert got_mode == mode, reason
+    if kind == "shadow":
+        said = tuple(SHADOW_TEXT.get(s, s) for s in said)
     assert all(s in reason for s in said), reason
 
 
-def test_a_timed_out_trace_falls_back_to_the_static_reading(traced):
+def test_a_timed_out_trace_falls_back_to_the_static_reading(traced, kind):
     mode, reason = traced["test_hangs"]
-    assert "no CPU trace (the CPU twin timed out); static reading: read test source" in reason
+    said = {"cpu": "no CPU trace (the CPU twin timed out)",
+            "shadow": "no device-shadow trace (the device-shadow run timed out)"}[kind]
+    assert f"{said}; static reading: read test source" in reason, reason
     assert mode == "run"  # what the static reading says of ones() and sum()
 
 
-def test_a_crashed_trace_falls_back_to_the_static_reading(traced):
+def test_a_crashed_trace_falls_back_to_the_static_reading(traced, kind):
     mode, reason = traced["test_crashes"]
-    assert "no CPU trace (the CPU twin crashed the trace" in reason and "static reading" in reason
+    said = {"cpu": "no CPU trace (the CPU twin crashed the trace",
+            "shadow": "no device-shadow trace (the device-shadow run crashed"}[kind]
+    assert said in reason and "static reading" in reason, reason
 
 
 def test_no_trace_leaves_the_static_reading_alone(cli, tmp_path):

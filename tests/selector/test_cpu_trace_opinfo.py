@@ -1,4 +1,5 @@
-"""OpInfo tests of a generic template (the ``samples`` probe family) are planned from their CPU twin's trace:
+"""OpInfo tests of a generic template (the ``samples`` probe family) are planned from their trace (the CPU twin's,
+or the device-shadow run's, snpu's default):
 the op's samples failing on the device says nothing of a body that only checks the op's argument errors."""
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def opinfo_test(template: str, op: str = "fft.fft") -> InventoryTest:
                          decorators=["ops(spectral, allowed_dtypes=(torch.float,))"])
 
 
-def plan(tmp_path: Path, *, trace: bool) -> dict[str, tuple[str, str]]:
+def plan(tmp_path: Path, *, trace: bool, kind: str = "shadow") -> dict[str, tuple[str, str]]:
     from crcr.cli.select import _attach_cpu_traces
 
     (tmp_path / "test").mkdir(exist_ok=True)
@@ -83,27 +84,36 @@ def plan(tmp_path: Path, *, trace: bool) -> dict[str, tuple[str, str]]:
     caps.attach_probes({"samples|fft.fft|float32": PROBE_ERROR})
     tools = Tools(caps, {t.id: t for t in made}, tmp_path)
     if trace:
-        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, tmp_path / "data", tmp_path)
+        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, tmp_path / "data", tmp_path, kind)
     decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 
 
+# how each trace kind names itself in a reason: the CPU twin's trace, or the device-shadow run (snpu's default)
+SAYS = {"cpu": ("CPU trace", "passes on the CPU"), "shadow": ("device-shadow run", "passes in the shadow run")}
+
+
+@pytest.fixture(scope="module", params=["cpu", "shadow"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
-    return plan(tmp_path_factory.mktemp("checkout"), trace=True)
+def traced(tmp_path_factory: pytest.TempPathFactory, kind: str) -> dict[str, tuple[str, str]]:
+    return plan(tmp_path_factory.mktemp("checkout"), trace=True, kind=kind)
 
 
-def test_an_argument_check_on_an_empty_input_runs(traced):
-    """The op's argument check raises in the composite before any kernel: the twin calls nothing the device lacks."""
+def test_an_argument_check_on_an_empty_input_runs(traced, kind):
+    """The op's argument check raises in the composite before any kernel: the run calls nothing the device lacks."""
     mode, reason = traced["test_empty_input"]
     assert mode == "run", reason
-    assert "CPU trace" in reason and "passes on the CPU" in reason, reason
+    assert all(s in reason for s in SAYS[kind]), reason
 
 
-def test_a_transform_the_device_cannot_hold_is_skipped_from_the_trace(traced):
+def test_a_transform_the_device_cannot_hold_is_skipped_from_the_trace(traced, kind):
     mode, reason = traced["test_transform"]
     assert mode == "skip", reason
-    assert "CPU trace" in reason, reason
+    assert SAYS[kind][0] in reason, reason
 
 
 def test_without_a_trace_the_samples_probe_decides(tmp_path):
@@ -113,13 +123,13 @@ def test_without_a_trace_the_samples_probe_decides(tmp_path):
         assert mode == "skip" and "[template-probe] the samples probe" in reason, reason
 
 
-def test_torchscript_scripting_runs_and_tracing_is_skipped_from_the_trace(traced):
+def test_torchscript_scripting_runs_and_tracing_is_skipped_from_the_trace(traced, kind):
     """snpu scripts (features.jit_script) but torch.jit.trace's check copies the outputs to float64 on the device
     (features.jit_trace: false): the trace sees which of the two the body does, not the ``jit`` in its name."""
     mode, reason = traced["test_jit_scripted"]
     assert mode == "run", reason
     mode, reason = traced["test_jit_traced"]
-    assert mode == "skip" and "float64" in reason and "CPU trace" in reason, reason
+    assert mode == "skip" and "float64" in reason and SAYS[kind][0] in reason, reason
 
 
 def test_without_a_trace_torchscript_is_skipped_saying_what_is_missing(tmp_path):
