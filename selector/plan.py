@@ -88,7 +88,10 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
         if rd is None:
             undecided.append(test)
             continue
-        decided[test.id] = Decided(rd.mode, rd.reason, "rules", test.fingerprint, rd.rule, rd.pattern, None, rd.evidence)
+        reason = rd.reason
+        if test.id in ctx.caps.untraced:  # its trace was wanted (generic OpInfo template) but not run
+            reason = f"{reason} ({ctx.caps.untraced[test.id]})"
+        decided[test.id] = Decided(rd.mode, reason, "rules", test.fingerprint, rd.rule, rd.pattern, None, rd.evidence)
         report.classified += 1
         report.classified_ids.append(test.id)
         if progress:

@@ -806,7 +806,7 @@ def trace_answer(
     file's ``limits.row_limits`` for its op (``limits.max_softmax_norm_row_elements`` in older files); else ``skip`` naming the first op, dtype, row or layout missing. Failed on the CPU: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
     """
     if trace is None:
-        return None, "none recorded"
+        return None, tools.caps.untraced.get(test.id, "none recorded")
     outcome = trace.outcome
     twin = trace.twin or "its CPU twin"
     if outcome == "failed":
