@@ -195,3 +195,27 @@ def test_a_rule_decision_of_an_untraced_generic_opinfo_test_says_so():
         assert decided[test.id].mode == "skip" and "[template-probe]" in reason, reason
         assert (budget_note(60) in reason) is bool(untraced), reason
     assert digests[0] != digests[1]  # a plan cached before the budget ran out is not reused
+
+
+def test_an_agent_reason_that_does_not_say_it_gets_the_note():
+    """The Claude agent writes its own reasons: a test its trace budget left untraced still says so."""
+    from selector.agent.base import AgentAnswer, Usage
+    from selector.agent.tools import Tools
+    from selector.capabilities import load_capabilities
+    from selector.plan import classify_tests
+    from selector.rules import RuleContext
+    from tests.selector.test_cpu_trace_opinfo import ROOT
+
+    class Answers:
+        name = "claude"
+
+        def decide(self, tests, tools):
+            return {t.id: AgentAnswer(id=t.id, mode="run", confidence="medium",
+                                      reason="[agent:claude] adds and sums: snpu has both kernels") for t in tests}, Usage()
+
+    test = TESTS[0]
+    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
+    caps.attach_cpu_traces({}, {test.id: budget_note(60)})
+    tools = Tools(caps, {test.id: test}, None)
+    decided = classify_tests([test], RuleContext(caps, dtype_reaches=tools.dtype_reaches), Answers(), tools)
+    assert decided[test.id].reason == f"[agent:claude] adds and sums: snpu has both kernels ({budget_note(60)})"
