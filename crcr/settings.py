@@ -111,6 +111,10 @@ class Settings(BaseSettings):
     anthropic_base_url: str | None = Field(None, description="Messages API base URL (a proxy or a test server)")
     select_agent_model: str = Field("claude-sonnet-4-6", description="model the selector's Claude agent uses")
     select_agent_batch: int = Field(20, ge=1, le=200, description="tests per agent request")
+    select_trace_budget_s: float = Field(
+        600.0, ge=0, description="seconds crcr select plan may spend running CPU twins (the CPU trace) in one plan; "
+        "the tests left are planned without a trace and say so, a re-plan continues (0: no budget)")
+    select_trace_jobs: int = Field(1, ge=1, le=64, description="CPU-trace children crcr select plan runs at once")
 
     # service
     host: str = Field("127.0.0.1", description="address crcr serve binds")

@@ -55,6 +55,9 @@ class Capabilities:
     # CPU traces of the plain device tests the agent decides (test id -> what its CPU twin did); None when no
     # trace was asked for (``--no-trace``, or a device that does not run here)
     cpu_traces: dict[str, CpuTrace] | None = None
+    # tests whose trace was wanted but not run (test id -> why, e.g. the trace budget was spent): their plan
+    # reason says so, so a reviewer can tell a budget's gap from a test the trace could not decide
+    untraced: dict[str, str] = field(default_factory=dict)
 
     def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None) -> None:
         """Plan from these probe answers too; the digest (and so the plan cache's context) covers them."""
@@ -64,10 +67,14 @@ class Capabilities:
                                                  sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:{probe_digest}".encode()).hexdigest()[:16]
 
-    def attach_cpu_traces(self, traces: dict[str, CpuTrace]) -> None:
-        """Plan plain device tests from these CPU traces (``runners.cpu_trace``); the digest covers them."""
+    def attach_cpu_traces(self, traces: dict[str, CpuTrace], untraced: dict[str, str] | None = None) -> None:
+        """Plan plain device tests from these CPU traces (``runners.cpu_trace``), and say of each test in
+        ``untraced`` why it has none; the digest covers both (a later plan with more traces re-plans them)."""
         self.cpu_traces = dict(traces)
+        self.untraced = dict(untraced or {})
         evidence = {k: v.evidence() for k, v in self.cpu_traces.items()}
+        if self.untraced:
+            evidence = {"traces": evidence, "untraced": self.untraced}
         trace_digest = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:trace:{trace_digest}".encode()).hexdigest()[:16]
 

@@ -71,6 +71,14 @@ class PlanReport:
     seconds: float = 0.0
 
 
+def _untraced_said(reason: str, test: InventoryTest, ctx: RuleContext) -> str:
+    """The reason, saying why the test has no CPU trace where one was wanted but not run (the trace budget was
+    spent): a rule (the template probe of a generic OpInfo test) or the Claude agent decided it without one. The
+    offline agent's reason says so already ("no CPU trace (...)")."""
+    why = ctx.caps.untraced.get(test.id)
+    return reason if why is None or why in reason else f"{reason} ({why})"
+
+
 def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, tools: Tools,
                    cache: DecisionCache | None = None, report: PlanReport | None = None,
                    progress: Callable[[int], None] | None = None) -> dict[str, Decided]:
@@ -88,7 +96,8 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
         if rd is None:
             undecided.append(test)
             continue
-        decided[test.id] = Decided(rd.mode, rd.reason, "rules", test.fingerprint, rd.rule, rd.pattern, None, rd.evidence)
+        decided[test.id] = Decided(rd.mode, _untraced_said(rd.reason, test, ctx), "rules", test.fingerprint, rd.rule,
+                                   rd.pattern, None, rd.evidence)
         report.classified += 1
         report.classified_ids.append(test.id)
         if progress:
@@ -106,7 +115,8 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
             a = answers.get(test.id)
             if a is None:
                 continue
-            decided[test.id] = Decided(a.mode, a.reason, "agent", test.fingerprint, None, None, a.confidence)
+            decided[test.id] = Decided(a.mode, _untraced_said(a.reason, test, ctx), "agent", test.fingerprint, None,
+                                       None, a.confidence)
             report.classified += 1
             report.classified_ids.append(test.id)
             if progress:

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -306,6 +307,7 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
 
 
 TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
+_clock = time.monotonic  # the trace budget's clock (a test replaces it to spend a budget chunk by chunk)
 
 
 def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
@@ -320,10 +322,13 @@ def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
 
 
 def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], tmp: Path,
-                 kind: str = "cpu") -> dict[str, Any]:
+                 deadline: float | None = None, kind: str = "cpu") -> dict[str, Any]:
     """Run the ``--trace-with`` ``kind``'s child (``runners.device_shadow``, ``runners.cpu_trace``) over ``chunk``;
     a test that crashes the child is recorded as crashed and the rest run again in a fresh child; a child that makes
-    no progress loses the rest (recorded as lost)."""
+    no progress loses the rest (recorded as lost).
+
+    At ``deadline`` (on :data:`_clock`; the trace budget) the child is stopped: the traces it finished are
+    kept, the test it was running and the rest get none (no crash: the budget, not the test, ended them)."""
     import subprocess
 
     from pydantic import ValidationError
@@ -339,14 +344,17 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
         dst.unlink(missing_ok=True)
         src.write_text(json.dumps({"root": str(root), "file": file,
                                    "tests": [[t.id, t.cls, t.method, t.device] for t in pending]}), encoding="utf-8")
+        limit = 120 + 2 * TRACE_SECONDS * len(pending)
+        if deadline is not None:
+            limit = min(limit, max(0.0, deadline - _clock()))
         stderr = ""
         try:
             proc = subprocess.run([sys.executable, "-m", runner, str(src), str(dst)], env=env,
-                                  timeout=120 + 2 * TRACE_SECONDS * len(pending), capture_output=True, text=True,
-                                  check=False)
+                                  timeout=limit, capture_output=True, text=True, check=False)
             stderr = proc.stderr
         except subprocess.TimeoutExpired:
             stderr = "the trace child timed out"
+        out_of_budget = deadline is not None and _clock() >= deadline
         started: list[str] = []
         lines = dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []
         for line in lines:
@@ -358,6 +366,8 @@ def _trace_chunk(root: Path, file: str, chunk: list[Any], env: dict[str, str], t
                     started.append(rec["start"])
                 elif "id" in rec:
                     got[rec["id"]] = CpuTrace.model_validate(rec)
+        if out_of_budget:
+            break
         last = (stderr.strip().splitlines() or ["no output"])[-1][:200]
         for i in started:
             if i not in got:  # started, never ended: this test took the child down
@@ -375,72 +385,122 @@ TRACE_KINDS = {"shadow": ("runners.device_shadow", "device-shadow runs", "device
                "cpu": ("runners.cpu_trace", "CPU twins", "cpu")}
 
 
-def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path,
-                       kind: str = "shadow") -> None:
-    """Trace every device test ``_agent_tests`` names (cached in the data dir by file content, torch version, trace
-    kind and trace code) and hand the traces to the agent through the capability object. ``kind`` "shadow": the
-    device test itself in snpu's shadow mode (``runners.device_shadow``); "cpu": its CPU twin
-    (``runners.cpu_trace``). Only for a device that runs on this machine (snpu)."""
-    import hashlib
-    import time
-    from importlib.metadata import version
+def _trace_chunks(tests: list[Any]) -> list[tuple[str, list[Any]]]:
+    """Runs of up to :data:`TRACE_CHUNK` consecutive tests of one file, in the order given (one child each)."""
+    chunks: list[tuple[str, list[Any]]] = []
+    for t in tests:
+        if chunks and chunks[-1][0] == t.file and len(chunks[-1][1]) < TRACE_CHUNK:
+            chunks[-1][1].append(t)
+        else:
+            chunks.append((t.file, [t]))
+    return chunks
 
+
+def _load_trace_cache(path: Path) -> dict[str, Any]:
     from pydantic import ValidationError
 
     from crcr.contracts.cputrace import CpuTrace
 
+    cached: dict[str, CpuTrace] = {}
+    if path.is_file():
+        with contextlib.suppress(ValueError, OSError):
+            for tid, rec in dict(json.loads(path.read_text(encoding="utf-8"))).items():
+                with contextlib.suppress(ValidationError):  # an entry of another shape is traced again
+                    cached[tid] = CpuTrace.model_validate(rec)
+    return cached
+
+
+def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path, pytorch_src: Path,
+                       budget_s: float = 0.0, jobs: int = 1, kind: str = "shadow") -> dict[str, Any] | None:
+    """Trace every device test ``_agent_tests`` names (cached in the data dir by file content, torch version, trace
+    kind and trace code) and hand the traces to the agent through the capability object. ``kind`` "shadow": the
+    device test itself in snpu's shadow mode (``runners.device_shadow``); "cpu": its CPU twin
+    (``runners.cpu_trace``). Only for a device that runs on this machine (snpu).
+
+    ``budget_s`` (0: none) bounds the time spent running twins: they run in :func:`selector.tracebudget.trace_order`
+    (cached traces are free and always used), ``jobs`` children at a time, and the tests whose turn did not come
+    are handed on as untraced, which their plan reasons say. Returns the counts (for ``--json``)."""
+    import hashlib
+    from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+    from importlib.metadata import version
+
+    from crcr.contracts.cputrace import CpuTrace
+    from selector.tracebudget import budget_note, trace_order
+
     if caps.device != "snpu":
         typer.echo(f"cpu trace: none for device {caps.device} (it does not run on this machine); the agent reads "
                    "test sources statically", err=True)
-        return
+        return None
     import importlib
 
     import runners
 
-    runner, what, _ = TRACE_KINDS[kind]
-    code_digest = importlib.import_module(runner).code_digest
-    wanted = _agent_tests(inv, caps, dis, tools)
-    by_file: dict[str, list[Any]] = {}
-    for t in wanted:
-        by_file.setdefault(t.file, []).append(t)
+    _, what, _ = TRACE_KINDS[kind]
+    code_digest = importlib.import_module(TRACE_KINDS[kind][0]).code_digest
     root = pytorch_src.resolve()
+    wanted = [t for t in _agent_tests(inv, caps, dis, tools) if (root / t.file).is_file()]
     code_root = str(Path(runners.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)}
-    traces: dict[str, CpuTrace] = {}
-    ran = reused = 0
-    start = time.perf_counter()
-    for file, tests in sorted(by_file.items()):
-        path = root / file
-        if not path.is_file():
-            continue
-        key = hashlib.sha256(f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{version('torch')}:{code_digest()}"
-                             f"{'' if kind == 'cpu' else ':' + kind}".encode()).hexdigest()[:16]
-        cache_path = data_dir / "selector" / f"cpu-trace-{key}.json"
-        cached: dict[str, CpuTrace] = {}
-        if cache_path.is_file():
-            with contextlib.suppress(ValueError, OSError):
-                for tid, rec in dict(json.loads(cache_path.read_text(encoding="utf-8"))).items():
-                    with contextlib.suppress(ValidationError):  # an entry of another shape is traced again
-                        cached[tid] = CpuTrace.model_validate(rec)
-        missing = [t for t in tests if t.id not in cached]
-        reused += len(tests) - len(missing)
-        with tempfile.TemporaryDirectory(prefix="crcr-trace-") as tmp:
-            for n in range(0, len(missing), TRACE_CHUNK):
-                chunk = missing[n:n + TRACE_CHUNK]
-                typer.echo(f"cpu trace: {file} {n + len(chunk)}/{len(missing)} {what} ...", err=True)
-                cached.update(_trace_chunk(root, file, chunk, env, Path(tmp), kind))
-                cache_path.parent.mkdir(parents=True, exist_ok=True)
-                cache_path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
-                                                 sort_keys=True), encoding="utf-8")  # after every chunk
-                ran += len(chunk)
-        traces.update({t.id: cached[t.id] for t in tests if t.id in cached})
+    caches: dict[str, tuple[Path, dict[str, CpuTrace]]] = {}
+    for file in sorted({t.file for t in wanted}):
+        key = hashlib.sha256(f"{hashlib.sha256((root / file).read_bytes()).hexdigest()}:{version('torch')}:"
+                             f"{code_digest()}{'' if kind == 'cpu' else ':' + kind}".encode()).hexdigest()[:16]
+        path = data_dir / "selector" / f"cpu-trace-{key}.json"
+        caches[file] = (path, _load_trace_cache(path))
+    missing = trace_order([t for t in wanted if t.id not in caches[t.file][1]])
+    reused = len(wanted) - len(missing)
+    start = _clock()
+    deadline = start + budget_s if budget_s > 0 else None
+
+    def spent() -> bool:
+        return deadline is not None and _clock() >= deadline
+
+    def left() -> str:
+        return "" if deadline is None else f", {max(0.0, deadline - _clock()):.0f} s of the {budget_s:g} s budget left"
+
+    ran = 0
+    chunks = list(enumerate(_trace_chunks(missing)))
+    if missing:
+        typer.echo(f"cpu trace: 0/{len(missing)} {what} traced ({reused} from cache){left()} ...", err=True)
+    with tempfile.TemporaryDirectory(prefix="crcr-trace-") as tmp, ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        running: dict[Future[dict[str, CpuTrace]], str] = {}
+        while chunks or running:
+            while chunks and len(running) < max(1, jobs) and not spent():
+                n, (file, chunk) = chunks.pop(0)
+                work = Path(tmp) / str(n)
+                work.mkdir()
+                running[pool.submit(_trace_chunk, root, file, chunk, env, work, deadline, kind)] = file
+            if not running:
+                break  # the budget is spent: the chunks left are not started
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in sorted(finished, key=lambda f: running[f]):
+                file = running.pop(fut)
+                path, cached = caches[file]
+                got = fut.result()
+                cached.update(got)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
+                                           sort_keys=True), encoding="utf-8")  # after every chunk
+                ran += len(got)
+                typer.echo(f"cpu trace: {ran}/{len(missing)} {what} traced ({file}){left()} ...", err=True)
+    traces = {t.id: caches[t.file][1][t.id] for t in wanted if t.id in caches[t.file][1]}
+    untraced = {t.id: budget_note(budget_s) for t in wanted if t.id not in traces}
     outcomes: dict[str, int] = {}
     for rec in traces.values():
         outcomes[rec.outcome] = outcomes.get(rec.outcome, 0) + 1
-    typer.echo(f"cpu trace: {len(wanted)} device tests (plain, or OpInfo of a generic template), {ran} traced "
-               f"({what}, {time.perf_counter() - start:.0f}s), {reused} from cache; outcomes "
-               + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
-    caps.attach_cpu_traces(traces)
+    seconds = _clock() - start
+    typer.echo(f"cpu trace: traced {len(traces)} of {len(wanted)} tests (plain device tests, or OpInfo of a generic "
+               f"template; {reused} from cache, {ran} run in {seconds:.0f}s)"
+               + (f", {len(untraced)} decided without a trace: budget {budget_s:g} s spent" if untraced else "")
+               + "; outcomes " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
+    if untraced and not traces:
+        typer.echo(f"warning: cpu trace: the budget of {budget_s:g} s was spent before any test was traced: all "
+                   f"{len(wanted)} are planned from the static reading (raise --trace-budget, 0 for none, or plan "
+                   "again: each plan continues where the last stopped)", err=True)
+    caps.attach_cpu_traces(traces, untraced)
+    return {"wanted": len(wanted), "traced": len(traces), "from_cache": reused, "run": ran,
+            "untraced_budget": len(untraced), "budget_s": budget_s, "jobs": max(1, jobs),
+            "seconds": round(seconds, 1), "outcomes": outcomes, "kind": TRACE_KINDS[kind][2]}
 
 
 def _emit_markdown(md: str, path: Path | None) -> None:
@@ -450,10 +510,10 @@ def _emit_markdown(md: str, path: Path | None) -> None:
         path.write_text(md, encoding="utf-8")
 
 
-def _print_report(report: Any, as_json: bool) -> None:
+def _print_report(report: Any, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     from dataclasses import asdict
 
-    data = asdict(report)
+    data = {**asdict(report), **(extra or {})}
     if as_json:
         typer.echo(json.dumps(data, indent=1, sort_keys=True, default=str))
         return
@@ -477,7 +537,8 @@ def _print_report(report: Any, as_json: bool) -> None:
     "OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and "
     "planned from the aten ops it really called (the trace: by default the device test itself with snpu's tensors and "
     "the CPU's kernels, --trace-with cpu its CPU twin; cached in the data dir; --no-trace skips it, and tests without "
-    "a trace are read statically); --agent offline (default, "
+    "a trace are read statically; --trace-budget bounds the time it spends per plan, default 600 s, and a re-plan "
+    "continues where it stopped); --agent offline (default, "
     "deterministic, reads the test source and the capability file) or --agent claude (Anthropic Messages API "
     "with read-only tools; key from ANTHROPIC_API_KEY or CRCR_ANTHROPIC_API_KEY). Reviewer and logs entries "
     "and comments are kept byte for byte. A cache in the data dir makes re-planning an unchanged inventory cheap."
@@ -509,6 +570,13 @@ def plan_cmd(
     trace_with: Annotated[str, typer.Option("--trace-with", help="what --trace runs: 'shadow' (default) the device "
                                             "test itself with snpu's tensors and the CPU's kernels (no snpu kernel "
                                             "decides the outcome), or 'cpu' the test's CPU twin")] = "shadow",
+    trace_budget: Annotated[float | None, typer.Option("--trace-budget", min=0, help="seconds the trace may spend "
+                                                       "running tests in this plan (default CRCR_SELECT_TRACE_BUDGET_S, "
+                                                       "600; 0: no budget); the tests whose turn did not come are "
+                                                       "planned without a trace and their reasons say so; cached "
+                                                       "traces are free, so a re-plan continues where it stopped")] = None,
+    trace_jobs: Annotated[int | None, typer.Option("--trace-jobs", min=1, help="trace children run at once "
+                                                   "(default CRCR_SELECT_TRACE_JOBS, 1)")] = None,
 ) -> None:
     import hashlib
     import time
@@ -553,9 +621,14 @@ def plan_cmd(
         # decisions: they stay in the data dir even with --no-cache
         _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None,
                                 set(probe_only or ()))
+    trace_counts = None
     if trace and pytorch_src is not None and _torch_importable():
         # traces are facts about the upstream files on this torch, not decisions: kept even with --no-cache
-        _attach_cpu_traces(inv, caps, dis, tools, _settings().data_dir, pytorch_src, trace_with)
+        settings = _settings()
+        trace_counts = _attach_cpu_traces(
+            inv, caps, dis, tools, settings.data_dir, pytorch_src,
+            budget_s=settings.select_trace_budget_s if trace_budget is None else trace_budget,
+            jobs=settings.select_trace_jobs if trace_jobs is None else trace_jobs, kind=trace_with)
     with _progress() as bar:
         tasks: dict[str, Any] = {}
 
@@ -566,9 +639,10 @@ def plan_cmd(
 
         report = run_plan(inv, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=the_agent, tools=tools,
                           data_dir=data_dir, progress=advance)
-    if data_dir is not None and inv_digest is not None:
+    # a plan whose trace budget ran out is not up to date: the next plan with this inventory continues the trace
+    if data_dir is not None and inv_digest is not None and not (trace_counts and trace_counts["untraced_budget"]):
         record_state(inv_digest, context, backend, out_dir, data_dir)
-    _print_report(report, as_json)
+    _print_report(report, as_json, {"cpu_trace": trace_counts} if trace_counts is not None else None)
     from selector.errors import import_failures
 
     failure = import_failures(inv, f"the plan in {out_dir} is written")

@@ -816,7 +816,7 @@ def trace_answer(
     file's ``limits.row_limits`` for its op (``limits.max_softmax_norm_row_elements`` in older files); else ``skip`` naming the first op, dtype, row or layout missing. Failed: ``xfail``. No twin, skipped, timed out, crashed or lost: the static reading decides.
     """
     if trace is None:
-        return None, "no CPU trace (none recorded)"
+        return None, f"no CPU trace ({tools.caps.untraced.get(test.id, 'none recorded')})"
     outcome = trace.outcome
     shadow = trace.kind == "device-shadow"
     twin = (

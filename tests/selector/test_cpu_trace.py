@@ -226,7 +226,8 @@ def test_no_trace_leaves_the_static_reading_alone(cli, tmp_path):
         code, out, err = cli("select", "plan", "-b", "snpu", "--inventory", inv, "--pytorch-src", tmp_path / "src",
                              "--out", out_dir, "--no-cache", flag)
         assert code == 0, err
-        assert ("cpu trace: 1 device tests (plain, or OpInfo of a generic template), 1 traced" in err) is (flag == "--trace")
+        assert ("cpu trace: traced 1 of 1 tests (plain device tests, or OpInfo of a generic template; 0 from cache, "
+                "1 run in" in err) is (flag == "--trace")
         plans[flag] = load_plan(out_dir).resolve(test.id)
     assert plans["--no-trace"].mode == "run", plans["--no-trace"].reason
     assert "CPU trace" not in plans["--no-trace"].reason
