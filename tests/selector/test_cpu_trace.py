@@ -152,7 +152,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory, kind: str) -> dict[str, tup
     tools = Tools(caps, {t.id: t for t in made}, root)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CRCR_TRACE_SECONDS", "3")
-        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / "data", root, kind)
+        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / "data", root, kind=kind)
     decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 

@@ -84,7 +84,7 @@ def plan(tmp_path: Path, *, trace: bool, kind: str = "shadow") -> dict[str, tupl
     caps.attach_probes({"samples|fft.fft|float32": PROBE_ERROR})
     tools = Tools(caps, {t.id: t for t in made}, tmp_path)
     if trace:
-        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, tmp_path / "data", tmp_path, kind)
+        _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, tmp_path / "data", tmp_path, kind=kind)
     decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 

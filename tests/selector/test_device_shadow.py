@@ -102,7 +102,7 @@ def _plan(root: Path, kind: str) -> dict[str, tuple[str, str]]:
     made = [device_test(FILE, CLS, m, None) for m in DEVICE_TESTS] + [_plain_test(m) for m in PLAIN_TESTS]
     caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
     tools = Tools(caps, {t.id: t for t in made}, root)
-    _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / f"data-{kind}", root, kind)
+    _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / f"data-{kind}", root, kind=kind)
     decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 
