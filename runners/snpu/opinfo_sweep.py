@@ -82,11 +82,10 @@ def compare(actual: Any, expected: Any, dtype: torch.dtype) -> None:
     )
 
 
-def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -> None:
-    """Run one sample on the CPU and on ``device``; raise if they differ.
+def run_pair(op: Any, sample: Any, device: str = "snpu") -> tuple[Any, Any]:
+    """One sample's output on the CPU and on ``device`` (CPU first): (expected, actual).
 
-    ``device="cpu"`` is the baseline: the CPU against itself (what a perfect backend
-    would reach with this harness; nondeterministic and sample-mutating ops miss).
+    ``device="cpu"`` is the baseline: the CPU against itself on a fresh copy of the sample.
     """
     expected = op(sample.input, *sample.args, **sample.kwargs)
     # a copy either way: ``.to("snpu")`` copies, so the CPU baseline clones
@@ -95,7 +94,16 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -
         if device != "cpu"
         else sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
     )
-    actual = op(dev.input, *dev.args, **dev.kwargs)
+    return expected, op(dev.input, *dev.args, **dev.kwargs)
+
+
+def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -> None:
+    """Run one sample on the CPU and on ``device``; raise if they differ.
+
+    ``device="cpu"`` is the baseline: the CPU against itself (what a perfect backend
+    would reach with this harness; nondeterministic and sample-mutating ops miss).
+    """
+    expected, actual = run_pair(op, sample, device)
     compare(actual, expected, dtype)
 
 
@@ -123,6 +131,28 @@ def _no_fallback() -> Iterator[None]:
             os.environ["CRCR_SNPU_FALLBACK"] = old
 
 
+@contextlib.contextmanager
+def sweeping() -> Iterator[None]:
+    """What every op_db sweep runs under: snpu installed, no CPU fallback, upstream warnings muted.
+
+    Without the fallback a missing kernel is the op's outcome, never a silent CPU run.
+    """
+    from runners.snpu import install
+
+    install()
+    with _no_fallback(), warnings.catch_warnings():
+        # upstream samples trigger deprecation and user warnings by design: not ours to show
+        warnings.simplefilter("ignore")
+        yield
+
+
+def all_ops() -> list[Any]:
+    """Every OpInfo entry of the installed torch (``op_db``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
 def sweep(
     ops: list[Any] | None = None,
     dtypes: tuple[torch.dtype, ...] = DTYPES,
@@ -131,24 +161,17 @@ def sweep(
     device: str = "snpu",
 ) -> SweepResult:
     """Try every OpInfo entry (or ``ops``) in ``dtypes`` on snpu (or ``device``)."""
-    from runners.snpu import dispatch, install
+    from runners.snpu import dispatch
 
-    install()
     whole: set[str] = set()
 
     def observe(kernel: Any) -> None:
         if kernel.execution == "whole" and kernel.category not in _MOVEMENT:
             whole.add(kernel.name)
 
-    if ops is None:
-        from torch.testing._internal.common_methods_invocations import op_db
-
-        ops = list(op_db)
     result = SweepResult()
-    with _no_fallback(), warnings.catch_warnings():
-        # upstream samples trigger deprecation and user warnings by design: not ours to show
-        warnings.simplefilter("ignore")
-        for op in ops:
+    with sweeping():
+        for op in all_ops() if ops is None else ops:
             name = opinfo_name(op)
             if progress:
                 progress(name)
