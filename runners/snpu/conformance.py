@@ -9,11 +9,13 @@ Two checks over op_db (``benchmarks/snpu_conformance.py`` prints their counts):
   ``SnpuDtypeError`` is a *refusal* (a capability limit, counted apart); anything else
   is a *disagreement*. An input the CPU itself does not satisfy is not snpu's to meet
   (``cpu-miss``), and one snpu cannot even build (a float64 tensor) is ``unbuilt``.
-- **layout**: every float32 sample, and a channels-last copy of each sample whose input is
-  4-D or 5-D, runs on both; each output's memory format (contiguous, channels_last,
-  channels_last_3d) must be the CPU's, and where the CPU's output is none of those, its
-  strides (over dimensions longer than one) too, since tests assert
-  ``is_contiguous(memory_format=...)`` and strides. Values are the coverage sweep's job.
+- **layout**: every float32 sample, and a copy of it whose input is channels-last (4-D
+  and 5-D inputs) or transposed in memory (2-D and 3-D), runs on both; each output's
+  memory format (contiguous, channels_last, channels_last_3d) must be the CPU's, and
+  where the CPU's output is none of those, its strides (over dimensions longer than one)
+  too, since tests assert ``is_contiguous(memory_format=...)`` and strides. A sample snpu
+  fails is ``failed`` (values and failures are the coverage sweep's job); a relaid input
+  the CPU itself refuses (a ``view`` of a transposed tensor) is ``cpu-error``.
 
 Both reuse ``opinfo_sweep`` (its samples, device copies and sweep setup).
 """
@@ -28,14 +30,14 @@ from typing import Any
 import torch
 
 from runners.snpu.errors import SnpuDtypeError, SnpuUnsupportedOpError
-from runners.snpu.opinfo_sweep import all_ops, opinfo_name, run_pair, samples_for, sweeping
+from runners.snpu.opinfo_sweep import all_ops, opinfo_name, samples_for, sweeping, to_device
 
 REFUSALS = (SnpuUnsupportedOpError, SnpuDtypeError)
 
 # error verdicts, in report order
 AGREE, REFUSED, DISAGREE, CPU_MISS, UNBUILT = "agree", "refused", "disagree", "cpu-miss", "unbuilt"
 # layout verdicts
-SAME, DIFFERENT, FAILED = "same", "different", "failed"
+SAME, DIFFERENT, FAILED, CPU_ERROR = "same", "different", "failed", "cpu-error"
 
 
 @dataclass
@@ -153,24 +155,35 @@ def _outputs(x: Any) -> list[Any]:
     return [x]
 
 
-def channels_last(sample: Any) -> Any | None:
-    """The sample with a channels-last copy of its 4-D / 5-D input, or None when it has none."""
+def relaid(sample: Any) -> tuple[str, Any] | None:
+    """The sample with its input in another memory layout a test would use, or None.
+
+    A 4-D / 5-D input goes channels-last (channels_last / channels_last_3d), a 2-D / 3-D
+    one column-major in its last two dimensions (same shape, transposed strides): what
+    CPU's kernels carry over to their outputs and tests check.
+    """
     t = sample.input
-    if not isinstance(t, torch.Tensor) or t.dim() not in (4, 5) or t.numel() == 0:
+    if not isinstance(t, torch.Tensor) or t.dim() < 2 or t.numel() <= 1:
         return None
-    fmt = torch.channels_last if t.dim() == 4 else torch.channels_last_3d
-    moved = t.detach().contiguous(memory_format=fmt).requires_grad_(t.requires_grad)
+    if t.dim() in (4, 5):
+        label = "channels_last"
+        moved = t.detach().contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+    elif t.dim() in (2, 3):
+        label = "transposed"
+        moved = t.detach().transpose(-2, -1).contiguous().transpose(-2, -1)
+    else:
+        return None
     copy = sample.transform(lambda x: x)
-    copy.input = moved
-    return copy
+    copy.input = moved.requires_grad_(t.requires_grad)
+    return label, copy
 
 
 def _layout_variants(op: Any, dtype: torch.dtype, limit: int | None) -> Iterator[tuple[str, Any]]:
     for i, sample in enumerate(samples_for(op, dtype, limit)):
         yield f"{i}", sample
-        cl = channels_last(sample)
-        if cl is not None:
-            yield f"{i}/channels_last", cl
+        other = relaid(sample)
+        if other is not None:
+            yield f"{i}/{other[0]}", other[1]
 
 
 def check_layout(op: Any, dtype: torch.dtype = torch.float32, limit: int | None = None) -> list[Finding]:
@@ -189,21 +202,28 @@ def check_layout(op: Any, dtype: torch.dtype = torch.float32, limit: int | None 
         if item is None:
             break
         label, sample = item
-        try:
-            expected, actual = run_pair(op, sample)
-        except Exception as exc:  # a failing sample is the coverage sweep's finding
-            findings.append(Finding(name, index, FAILED, f"sample {label}: {_describe(exc)}"))
-            index += 1
-            continue
-        want = [layout(t) for t in _outputs(expected)]
-        got = [layout(t) for t in _outputs(actual)]
-        if want == got:
-            findings.append(Finding(name, index, SAME))
-        else:
-            shapes = [tuple(t.shape) for t in _outputs(expected) if isinstance(t, torch.Tensor)]
-            findings.append(Finding(name, index, DIFFERENT, f"sample {label} {shapes}: cpu {want}, snpu {got}"))
+        verdict, detail = _compare_layout(op, sample)
+        findings.append(Finding(name, index, verdict, f"sample {label} {detail}" if detail else ""))
         index += 1
     return findings
+
+
+def _compare_layout(op: Any, sample: Any) -> tuple[str, str]:
+    try:
+        expected = op(sample.input, *sample.args, **sample.kwargs)
+    except Exception as exc:  # the CPU refuses this layout too: nothing to compare
+        return CPU_ERROR, _describe(exc)
+    try:
+        dev = to_device(sample, "snpu")
+        actual = op(dev.input, *dev.args, **dev.kwargs)
+    except Exception as exc:  # a failing sample is the coverage sweep's finding
+        return FAILED, _describe(exc)
+    want = [layout(t) for t in _outputs(expected)]
+    got = [layout(t) for t in _outputs(actual)]
+    if want == got:
+        return SAME, ""
+    shapes = [tuple(t.shape) for t in _outputs(expected) if isinstance(t, torch.Tensor)]
+    return DIFFERENT, f"{shapes}: cpu {want}, snpu {got}"
 
 
 def run(

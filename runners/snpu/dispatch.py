@@ -401,7 +401,7 @@ def _call_out(func: Any, functional: Any, args: tuple[Any, ...], kwargs: dict[st
     kernel = lookup(functional)
     overlap.check_out(
         functional._schema.name,
-        kernel is not None and kernel.category == "elementwise",
+        kernel is not None and kernel.category in ("elementwise", "activation"),
         unwrap((args, tuple(rest.values()))),
         unwrap(tuple(outs.values())),
     )

@@ -82,10 +82,11 @@ def compare(actual: Any, expected: Any, dtype: torch.dtype) -> None:
     )
 
 
-def run_pair(op: Any, sample: Any, device: str = "snpu") -> tuple[Any, Any]:
-    """One sample's output on the CPU and on ``device`` (CPU first): (expected, actual).
+def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -> None:
+    """Run one sample on the CPU and on ``device``; raise if they differ.
 
-    ``device="cpu"`` is the baseline: the CPU against itself on a fresh copy of the sample.
+    ``device="cpu"`` is the baseline: the CPU against itself (what a perfect backend
+    would reach with this harness; nondeterministic and sample-mutating ops miss).
     """
     expected = op(sample.input, *sample.args, **sample.kwargs)
     # a copy either way: ``.to("snpu")`` copies, so the CPU baseline clones
@@ -94,16 +95,7 @@ def run_pair(op: Any, sample: Any, device: str = "snpu") -> tuple[Any, Any]:
         if device != "cpu"
         else sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
     )
-    return expected, op(dev.input, *dev.args, **dev.kwargs)
-
-
-def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -> None:
-    """Run one sample on the CPU and on ``device``; raise if they differ.
-
-    ``device="cpu"`` is the baseline: the CPU against itself (what a perfect backend
-    would reach with this harness; nondeterministic and sample-mutating ops miss).
-    """
-    expected, actual = run_pair(op, sample, device)
+    actual = op(dev.input, *dev.args, **dev.kwargs)
     compare(actual, expected, dtype)
 
 

@@ -184,7 +184,7 @@ def narrow_copy(func: Any, args: tuple, kwargs: dict) -> Any:
     CPU's ``narrow_copy`` kernel words them its own way (a ``RuntimeError`` for a dimension
     out of range); upstream's error inputs expect ``narrow``'s ``IndexError`` from a device.
     """
-    out = torch.narrow(*args, **kwargs).clone()
+    out = torch.narrow(*args, **kwargs).clone(memory_format=torch.contiguous_format)
     record_simple(func.name(), nbytes_of(out) * 2)
     return out
 
