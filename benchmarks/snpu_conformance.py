@@ -55,6 +55,10 @@ def main() -> None:
         report = conformance.run(lambda op: conformance.check_layout(op, limit=args.sample_limit))
         order = (conformance.SAME, conformance.DIFFERENT, conformance.FAILED, conformance.CPU_ERROR)
         _print(f"layout, float32 ({time.perf_counter() - t0:.0f} s)", report, order, (conformance.DIFFERENT,), args.list)
+        relaid = report.failed_only_relaid()
+        print(f"  failed on a relaid copy only (the sample as given passes): {len(relaid)}")
+        for f in relaid[: args.list]:
+            print(f"    {f.op} #{f.index}: {f.detail}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class Finding:
     index: int
     verdict: str
     detail: str = ""
+    sample: str = ""  # layout: the sample's number, with "/channels_last" or "/transposed" for a relaid copy
 
 
 @dataclass
@@ -62,6 +63,15 @@ class Report:
 
     def having(self, verdict: str) -> list[Finding]:
         return [f for f in self.findings if f.verdict == verdict]
+
+    def failed_only_relaid(self) -> list[Finding]:
+        """Layout: samples snpu runs as given but fails on a relaid copy (a kernel's layout bug)."""
+        plain = {(f.op, f.sample): f.verdict for f in self.findings if "/" not in f.sample}
+        return [
+            f
+            for f in self.having(FAILED)
+            if "/" in f.sample and plain.get((f.op, f.sample.split("/")[0])) in (SAME, DIFFERENT)
+        ]
 
 
 def _raised(fn: Callable[[], Any]) -> BaseException | None:
@@ -203,7 +213,7 @@ def check_layout(op: Any, dtype: torch.dtype = torch.float32, limit: int | None 
             break
         label, sample = item
         verdict, detail = _compare_layout(op, sample)
-        findings.append(Finding(name, index, verdict, f"sample {label} {detail}" if detail else ""))
+        findings.append(Finding(name, index, verdict, f"sample {label} {detail}" if detail else "", label))
         index += 1
     return findings
 

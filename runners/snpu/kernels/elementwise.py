@@ -3,11 +3,11 @@
 The output is laid out flat in sticks; the planner splits the sticks across cores and
 into scratchpad-sized steps. Each tile loads the same flat range of every (broadcast)
 operand, computes with the CPU op of the same name on that slice, and stores its range
-of the output. Type promotion and broadcasting are PyTorch's own: the output's shape,
-dtype and strides come from running the op on meta tensors. "Flat" is the output's
-memory order, as on the CPU: a channels-last input gives a channels-last output (what
-``empty_like`` and TensorIterator do, and what upstream tests assert), computed as a
-contiguous output of the operands permuted into that order.
+of the output. Type promotion and broadcasting are PyTorch's own: the output's shape
+and dtype come from running the op on meta tensors. "Flat" is the output's memory
+order, which follows the CPU's TensorIterator (``iterator_order``): a channels-last input
+gives a channels-last output, a transposed one a transposed output, as upstream tests
+assert; it is computed as a contiguous output of the operands permuted into that order.
 """
 
 from __future__ import annotations
@@ -300,6 +300,8 @@ def iterator_order(shape: torch.Size, operands: list[torch.Tensor]) -> list[int]
     meta kernels written as Python references do not always do.
     """
     ndim = len(shape)
+    if all(t.is_contiguous() for t in operands):
+        return list(range(ndim))  # TensorIterator's fast path: a contiguous output
     strides = [_broadcast_strides(t, shape) for t in operands]
 
     def should_swap(d0: int, d1: int) -> int:

@@ -192,6 +192,8 @@ def test_layout_sweep_over_a_handful_of_entries_finds_no_difference() -> None:
     relaid = [f for f in report.findings if "channels_last" in f.detail or "transposed" in f.detail]
     assert report.counts().get(conformance.SAME, 0) >= 20
     assert report.having(conformance.DIFFERENT) == [], relaid
+    assert report.failed_only_relaid() == []
+    assert {f.sample.partition("/")[2] for f in report.findings} >= {"", "channels_last", "transposed"}
 
 
 class _FakeOp:
