@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import return_and_correct_aliasing
 
-from runners.snpu import counters
+from runners.snpu import counters, overlap
 from runners.snpu.errors import SnpuDtypeError, SnpuKernelResultError, SnpuUnsupportedOpError
 from runners.snpu.tensor import SnpuTensor
 
@@ -408,6 +408,13 @@ def _call_out(func: Any, functional: Any, args: tuple[Any, ...], kwargs: dict[st
     # PyTorch's own out= checks (dtype casting, resize warning) on meta tensors; where
     # the out= overload has no meta kernel, CPU's general rules below
     checked, warned = _meta_out_checks(func, args, kwargs)
+    kernel = lookup(functional)
+    overlap.check_out(
+        functional._schema.name,
+        kernel is not None and kernel.category in ("elementwise", "activation"),
+        unwrap((args, tuple(rest.values()))),
+        unwrap(tuple(outs.values())),
+    )
     result = call(functional, args, rest)
     results = result if isinstance(result, (tuple, list)) else (result,)
     for target, value in zip(outs.values(), results, strict=False):

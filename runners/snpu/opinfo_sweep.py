@@ -123,6 +123,28 @@ def _no_fallback() -> Iterator[None]:
             os.environ["CRCR_SNPU_FALLBACK"] = old
 
 
+@contextlib.contextmanager
+def sweeping() -> Iterator[None]:
+    """What every op_db sweep runs under: snpu installed, no CPU fallback, upstream warnings muted.
+
+    Without the fallback a missing kernel is the op's outcome, never a silent CPU run.
+    """
+    from runners.snpu import install
+
+    install()
+    with _no_fallback(), warnings.catch_warnings():
+        # upstream samples trigger deprecation and user warnings by design: not ours to show
+        warnings.simplefilter("ignore")
+        yield
+
+
+def all_ops() -> list[Any]:
+    """Every OpInfo entry of the installed torch (``op_db``)."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)
+
+
 def sweep(
     ops: list[Any] | None = None,
     dtypes: tuple[torch.dtype, ...] = DTYPES,
@@ -131,24 +153,17 @@ def sweep(
     device: str = "snpu",
 ) -> SweepResult:
     """Try every OpInfo entry (or ``ops``) in ``dtypes`` on snpu (or ``device``)."""
-    from runners.snpu import dispatch, install
+    from runners.snpu import dispatch
 
-    install()
     whole: set[str] = set()
 
     def observe(kernel: Any) -> None:
         if kernel.execution == "whole" and kernel.category not in _MOVEMENT:
             whole.add(kernel.name)
 
-    if ops is None:
-        from torch.testing._internal.common_methods_invocations import op_db
-
-        ops = list(op_db)
     result = SweepResult()
-    with _no_fallback(), warnings.catch_warnings():
-        # upstream samples trigger deprecation and user warnings by design: not ours to show
-        warnings.simplefilter("ignore")
-        for op in ops:
+    with sweeping():
+        for op in all_ops() if ops is None else ops:
             name = opinfo_name(op)
             if progress:
                 progress(name)

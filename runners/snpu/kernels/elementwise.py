@@ -4,7 +4,10 @@ The output is laid out flat in sticks; the planner splits the sticks across core
 into scratchpad-sized steps. Each tile loads the same flat range of every (broadcast)
 operand, computes with the CPU op of the same name on that slice, and stores its range
 of the output. Type promotion and broadcasting are PyTorch's own: the output's shape
-and dtype come from running the op on meta tensors.
+and dtype come from running the op on meta tensors. "Flat" is the output's memory
+order, which follows the CPU's TensorIterator (``iterator_order``): a channels-last input
+gives a channels-last output, a transposed one a transposed output, as upstream tests
+assert; it is computed as a contiguous output of the operands permuted into that order.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch._prims_common import is_non_overlapping_and_dense_or_false as is_non_overlapping_and_dense
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
@@ -198,6 +202,16 @@ TRANSCENDENTAL = (
 )
 
 
+# out-of-place ops whose CPU kernel is not a TensorIterator over its inputs, so their
+# result is contiguous whatever the input's layout: masked_fill is a contiguous clone
+# updated in place (``clone(MemoryFormat::Contiguous)``, ``masked_fill_``), mvlgamma a sum
+# over a new last dimension
+CONTIGUOUS_RESULT = frozenset({"aten::masked_fill", "aten::mvlgamma"})
+# ops whose CPU kernel iterates over its tensor operands in another order: rsub(a, b) is
+# sub(b, a), so b's layout decides
+REVERSED_OPERANDS = frozenset({"aten::rsub"})
+
+
 def _inplace_names(names: tuple[str, ...]) -> tuple[str, ...]:
     out = []
     for n in names:
@@ -216,7 +230,6 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
     meta_out = meta_call(func, args, kwargs)
     mutates = func._schema.is_mutable
     target = args[0] if mutates else None
-    shape = meta_out.shape
     numel = meta_out.numel()
     tensor_pos = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.dim() > 0]
     tensor_kw = [k for k, v in kwargs.items() if isinstance(v, torch.Tensor) and v.dim() > 0]
@@ -226,6 +239,19 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
         out = func(*args, **kwargs)
         run(plan, func.name())
         return out
+    # operands permuted into the output's memory order: the flat output is then its memory
+    operands = [args[i] for i in tensor_pos] + [kwargs[k] for k in tensor_kw]
+    if mutates:
+        order = memory_order(target)
+    elif func._schema.name in CONTIGUOUS_RESULT:
+        order = list(range(meta_out.dim()))
+    else:
+        reverse = func._schema.name in REVERSED_OPERANDS
+        order = iterator_order(meta_out.shape, operands[::-1] if reverse else operands)
+    shape = torch.Size(meta_out.shape[d] for d in order)
+    args = tuple(_in_order(a, order) if i in tensor_pos else a for i, a in enumerate(args))
+    kwargs = {k: _in_order(v, order) if k in tensor_kw else v for k, v in kwargs.items()}
+    back = [order.index(d) for d in range(len(order))]
 
     flat_args = list(args)
     for i in tensor_pos:
@@ -247,10 +273,75 @@ def elementwise(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], passes
         out[a:b] = res
     run(plan, func.name())
     if mutates:
-        if out.data_ptr() != target.data_ptr() or not target.is_contiguous():
-            target.copy_(out.view(shape))
+        if out.data_ptr() != target.data_ptr() or not args[0].is_contiguous():
+            target.copy_(out.view(shape).permute(back))
         return target
-    return out.view(shape)
+    return out.view(shape).permute(back)
+
+
+def memory_order(t: torch.Tensor) -> list[int]:
+    """``t``'s dimensions from outermost to innermost in memory (its shape order when contiguous).
+
+    Only a dense non-overlapping layout has one; any other is computed contiguous.
+    """
+    dims = list(range(t.dim()))
+    if t.is_contiguous() or not is_non_overlapping_and_dense(t):
+        return dims
+    return sorted(dims, key=lambda d: (-t.stride(d), d))
+
+
+def iterator_order(shape: torch.Size, operands: list[torch.Tensor]) -> list[int]:
+    """The output's dimensions, outermost first, as CPU's TensorIterator lays them out.
+
+    ATen's ``reorder_dimensions``: an insertion sort of the dimensions (innermost first)
+    where, for each pair, the first operand whose strides tell them apart decides (a
+    broadcast dimension tells nothing; equal strides put the shorter dimension inside).
+    So the output follows the first input's layout, channels-last or transposed, which
+    meta kernels written as Python references do not always do.
+    """
+    ndim = len(shape)
+    if all(t.is_contiguous() for t in operands):
+        return list(range(ndim))  # TensorIterator's fast path: a contiguous output
+    strides = [_broadcast_strides(t, shape) for t in operands]
+
+    def should_swap(d0: int, d1: int) -> int:
+        for st in strides:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 != s1:
+                return -1 if s0 < s1 else 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    perm = list(range(ndim - 1, -1, -1))  # innermost first
+    for i in range(1, ndim):
+        d1 = i
+        for d0 in range(i - 1, -1, -1):
+            verdict = should_swap(perm[d0], perm[d1])
+            if verdict > 0:
+                perm[d0], perm[d1] = perm[d1], perm[d0]
+                d1 = d0
+            elif verdict < 0:
+                break
+    return perm[::-1]
+
+
+def _broadcast_strides(t: torch.Tensor, shape: torch.Size) -> list[int]:
+    """``t``'s strides broadcast to ``shape`` (0 where it is broadcast), as TensorIterator sees them."""
+    lead = len(shape) - t.dim()
+    return [
+        0 if i < lead or (t.shape[i - lead] == 1 and shape[i] != 1) else t.stride(i - lead)
+        for i in range(len(shape))
+    ]
+
+
+def _in_order(t: torch.Tensor, order: list[int]) -> torch.Tensor:
+    """Operand ``t`` (broadcastable to the output) as a view in the output's memory order."""
+    while t.dim() < len(order):
+        t = t.unsqueeze(0)
+    return t.permute(order)
 
 
 class _Operand:

@@ -14,7 +14,7 @@ import torch
 
 from runners.snpu import machine
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, run, tiles
+from runners.snpu.kernels.common import load, meta_call, run, tiles
 from runners.snpu.planner import plan_elementwise, plan_rows
 
 
@@ -22,7 +22,9 @@ from runners.snpu.planner import plan_elementwise, plan_rows
 def embedding(func: Any, args: tuple, kwargs: dict) -> Any:
     weight, indices = args[0], args[1]
     rest = args[2:]
-    meta = func(weight.to("meta"), indices.to("meta"), *rest, **kwargs)
+    # PyTorch's own argument checks, raising what the CPU raises ('weight' must be 2-D is a
+    # RuntimeError there, an AssertionError in the meta kernel)
+    meta = meta_call(func, args, kwargs)
     dim = weight.shape[-1] if weight.dim() == 2 else 1
     flat = indices.reshape(-1)
     plan = plan_rows(max(flat.numel(), 1), max(dim, 1), weight.dtype, dim, machine.current(), 1, False)

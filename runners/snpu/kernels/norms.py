@@ -16,7 +16,7 @@ import torch
 from runners.snpu import machine
 from runners.snpu.counters import OpRecord, active, record
 from runners.snpu.dispatch import register
-from runners.snpu.kernels.common import load, tiles
+from runners.snpu.kernels.common import load, meta_call, tiles
 from runners.snpu.planner import plan_rows
 
 _PASSES = 5  # mean, centre, square-sum, rsqrt, scale-and-shift
@@ -47,9 +47,9 @@ def _record(plan: Any, op: str, ring_bytes: int = 0) -> None:
 @register("native_layer_norm", category="norm", execution="tiled", whole_row="row")
 def layer_norm(func: Any, args: tuple, kwargs: dict) -> Any:
     x, normalized_shape, weight, bias, eps = args
+    # PyTorch's own checks of the shapes of x, weight and bias, with the CPU's errors
+    meta_call(func, args, kwargs)
     k = len(normalized_shape)
-    if x.dim() < k or tuple(x.shape[x.dim() - k :]) != tuple(normalized_shape):
-        return func(*args)  # PyTorch's own shape error, from the CPU kernel
     stat_shape = tuple(x.shape[: x.dim() - k]) + (1,) * k
     n, rows, plan = _rows_plan(x, normalized_shape)
     if x.numel() == 0:
