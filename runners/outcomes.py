@@ -77,6 +77,23 @@ def classify(reports: list[Any]) -> Verdict:
     return Verdict("passed", None, None, False)
 
 
+def with_subtests(verdict: Verdict, failed_subtests: list[Any]) -> Verdict:
+    """A test whose own report passed but one of whose ``self.subTest(...)`` blocks failed has failed.
+
+    pytest (9 and later) reports each failing unittest subtest as a report of its own and the test itself as
+    passed; upstream tests that loop over cases inside ``subTest`` (``test_native_mha``) would otherwise be
+    recorded green while every case failed. The first failing subtest gives the error class and message.
+    """
+    if verdict.outcome != "passed" or not failed_subtests:
+        return verdict
+    first = failed_subtests[0]
+    describe = getattr(first, "_sub_test_description", None)
+    where = describe() if callable(describe) else "(<subtest>)"
+    failed = _failure("failed", first)
+    message = f"{len(failed_subtests)} subtest(s) failed; the first, {where}:\n{failed.message or ''}"
+    return Verdict("failed", failed.error_class, excerpt(message), True)
+
+
 def _failure(outcome: str, report: Any) -> Verdict:
     message = getattr(report, "crcr_message", None) or report.longreprtext
     return Verdict(outcome, getattr(report, "crcr_error_class", None), excerpt(message), True)

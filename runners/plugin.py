@@ -47,6 +47,7 @@ class CrcrPlugin:
         self._crash = open(cfg.crash_path, "a", encoding="utf-8")
         self._counters = None
         self._collection_errors: list[Any] = []  # crcr.contracts.inventory.InventoryError per file
+        self._failed_subtests: list[Any] = []  # the running attempt's failing subtest reports
 
     # -- events ---------------------------------------------------------------------
     def emit(self, kind: str, **data: Any) -> None:
@@ -154,12 +155,12 @@ class CrcrPlugin:
         # counters cover every attempt of the test (a rerun costs device time too)
         with counters if counters is not None else contextlib.nullcontext():
             reports = self._attempt(item, nextitem)
-            verdict = outcomes.classify(reports)
+            verdict = outcomes.with_subtests(outcomes.classify(reports), self._failed_subtests)
             attempts.append(verdict.outcome)
             if self.cfg.rerun_failures and verdict.outcome in ("failed", "error") and verdict.rerunnable:
                 item._initrequest()  # fresh fixtures for the second attempt
                 reports = self._attempt(item, nextitem)
-                second = outcomes.classify(reports)
+                second = outcomes.with_subtests(outcomes.classify(reports), self._failed_subtests)
                 attempts.append(second.outcome)
                 if second.outcome == "passed":
                     verdict = outcomes.Verdict("flaky", verdict.error_class, verdict.message, False)
@@ -184,9 +185,15 @@ class CrcrPlugin:
         )
         return True
 
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # pytest reports each failing ``self.subTest(...)`` block as it happens, not in runtestprotocol's list
+        if report.failed and type(report).__name__ == "SubtestReport":
+            self._failed_subtests.append(report)
+
     def _attempt(self, item: pytest.Item, nextitem: pytest.Item | None) -> list:
         from _pytest.runner import runtestprotocol
 
+        self._failed_subtests = []
         if self.cfg.timeout_s:
             # a watchdog thread: dumps every thread's stack and exits even when the test
             # is stuck in C code; the supervisor records this test as a timeout error

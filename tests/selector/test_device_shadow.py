@@ -85,6 +85,28 @@ if __name__ == "__main__":
     run_tests()
 '''
 
+NOARG_FILE = "test/test_noarg.py"
+NOARG_SRC = '''
+import torch
+from torch.testing._internal.common_device_type import instantiate_device_type_tests
+from torch.testing._internal.common_utils import TestCase, run_tests
+
+
+class TestNoArg(TestCase):
+    # its only test takes no device argument (as upstream's test_current_accelerator): nothing but the class's
+    # setUpClass sets device_type to the backend's name
+    def test_device_type_without_device_argument(self):
+        self.assertEqual(self.device_type, "snpu")
+        x = torch.ones(2, device=self.device_type)
+        self.assertEqual(x.sum().item(), 2)
+
+
+instantiate_device_type_tests(TestNoArg, globals())
+
+if __name__ == "__main__":
+    run_tests()
+'''
+
 DEVICE_TESTS = ["test_plain_tensor_path", "test_tensor_like_path", "test_helper_double", "test_missing_kernel",
                 "test_runs"]
 PLAIN_TESTS = ["test_registered_device", "test_registered_device_double"]
@@ -100,6 +122,7 @@ def _plan(root: Path, kind: str) -> dict[str, tuple[str, str]]:
     from crcr.cli.select import _attach_cpu_traces
 
     made = [device_test(FILE, CLS, m, None) for m in DEVICE_TESTS] + [_plain_test(m) for m in PLAIN_TESTS]
+    made.append(device_test(NOARG_FILE, "TestNoArgPRIVATEUSE1", "test_device_type_without_device_argument", None))
     caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
     tools = Tools(caps, {t.id: t for t in made}, root)
     _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / f"data-{kind}", root, kind=kind)
@@ -113,6 +136,7 @@ def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("checkout")
     (root / "test").mkdir()
     (root / FILE).write_text(SRC, encoding="utf-8")
+    (root / NOARG_FILE).write_text(NOARG_SRC, encoding="utf-8")
     return {"root": root, **{kind: _plan(root, kind) for kind in ("cpu", "shadow")}}
 
 
@@ -129,6 +153,13 @@ def test_a_path_only_the_wrapper_subclass_takes_is_seen(plans, method):
     assert mode == "xfail", reason
     assert f"{SHADOW}{CLS}.{method}_snpu (snpu's tensors, CPU's kernels)" in reason, reason
     assert "fails in the shadow run" in reason and "AssertionError" in reason, reason
+
+
+def test_a_test_without_a_device_argument_sees_the_class_set_up(plans):
+    """unittest runs setUpClass before a class's tests; PrivateUse1TestBase sets device_type ("snpu") there. A test
+    without a device argument reads it: without the set-up it saw "privateuse1" and the shadow run failed."""
+    mode, reason = plans["shadow"]["test_device_type_without_device_argument"]
+    assert mode == "run" and "passes in the shadow run" in reason, reason
 
 
 def test_a_float64_helper_is_recorded_not_raised(plans):
@@ -168,8 +199,9 @@ def test_each_kind_has_its_own_cache_and_says_which_it_is(plans):
     kinds = {}
     for kind in ("cpu", "shadow"):
         found = list((plans["root"] / f"data-{kind}" / "selector").glob("cpu-trace-*.json"))
-        assert len(found) == 1, found
-        kinds[kind] = {rec.get("kind", "cpu") for rec in json.loads(found[0].read_text(encoding="utf-8")).values()}
+        assert len(found) == 2, found  # one per upstream file
+        kinds[kind] = {rec.get("kind", "cpu") for path in found
+                       for rec in json.loads(path.read_text(encoding="utf-8")).values()}
     assert kinds == {"cpu": {"cpu"}, "shadow": {"device-shadow"}}
 
 
