@@ -82,13 +82,20 @@ def with_subtests(verdict: Verdict, failed_subtests: list[Any]) -> Verdict:
 
     pytest (9 and later) reports each failing unittest subtest as a report of its own and the test itself as
     passed; upstream tests that loop over cases inside ``subTest`` (``test_native_mha``) would otherwise be
-    recorded green while every case failed. The first failing subtest gives the error class and message.
+    recorded green while every case failed. The first failing subtest gives the error class and message. Under an
+    xfail mark (the plan's ``xfail``) a failing subtest is reported as an expected failure and the test item as an
+    unexpected pass (or, strict, a failure): such a test failed as expected, so it is ``xfailed``.
     """
-    if verdict.outcome != "passed" or not failed_subtests:
+    if not failed_subtests:
         return verdict
     first = failed_subtests[0]
     describe = getattr(first, "_sub_test_description", None)
     where = describe() if callable(describe) else "(<subtest>)"
+    expected = hasattr(first, "wasxfail")
+    if verdict.outcome == "xpassed" or (verdict.outcome == "failed" and verdict.error_class == "XPassStrict"):
+        return Verdict("xfailed", None, excerpt(f"a subtest failed as expected, the first {where}"), False)
+    if verdict.outcome != "passed" or expected:
+        return verdict
     failed = _failure("failed", first)
     message = f"{len(failed_subtests)} subtest(s) failed; the first, {where}:\n{failed.message or ''}"
     return Verdict("failed", failed.error_class, excerpt(message), True)

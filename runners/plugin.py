@@ -187,7 +187,8 @@ class CrcrPlugin:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         # pytest reports each failing ``self.subTest(...)`` block as it happens, not in runtestprotocol's list
-        if report.failed and type(report).__name__ == "SubtestReport":
+        # (under an xfail mark a failing subtest is reported skipped, with ``wasxfail``)
+        if type(report).__name__ == "SubtestReport" and (report.failed or (report.skipped and hasattr(report, "wasxfail"))):
             self._failed_subtests.append(report)
 
     def _attempt(self, item: pytest.Item, nextitem: pytest.Item | None) -> list:

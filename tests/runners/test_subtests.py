@@ -67,3 +67,37 @@ def test_a_failing_subtest_fails_its_test(tmp_path, monkeypatch, capsys):
     assert (body.outcome, body.error_class) == ("failed", "KeyError")
     junit = (tmp_path / "junit.xml").read_text(encoding="utf-8")
     assert junit.count("<failure") == 2
+
+
+@pytest.mark.slow
+def test_a_planned_xfail_whose_subtest_fails_is_xfailed(tmp_path, monkeypatch):
+    """The plan's xfail: pytest reports the failing subtest as an expected failure and the item as an unexpected
+    pass; the test failed as the plan expected (refine must not read it as fixed)."""
+    monkeypatch.delenv("CI", raising=False)
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_sub.py").write_text(TEST_FILE, encoding="utf-8")
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "test_sub.yaml").write_text(
+        """schema_version: 1
+backend: cpu
+upstream: {file: test/test_sub.py}
+defaults: {mode: run, reason: "file default"}
+tests:
+  - id: TestSubCPU::test_one_case_fails_cpu
+    mode: xfail
+    reason: case 2 is known broken
+    source: reviewer
+  - id: TestSubCPU::test_every_case_passes_cpu
+    mode: xfail
+    reason: stale expectation
+    source: reviewer
+""",
+        encoding="utf-8",
+    )
+    results_path = tmp_path / "results.json"
+    crcr("run", "--device", "cpu", "--pytorch-src", str(tmp_path), "--plan", str(plan), "--no-rerun",
+         "--results", str(results_path))
+    by_id = {t.id.rsplit("::", 1)[-1]: t for t in load_results(results_path).tests}
+    assert by_id["test_one_case_fails_cpu"].outcome == "xfailed", by_id["test_one_case_fails_cpu"]
+    assert by_id["test_every_case_passes_cpu"].outcome == "xpassed", by_id["test_every_case_passes_cpu"]
