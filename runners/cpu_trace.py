@@ -75,12 +75,41 @@ def twin_class(cls: str) -> str | None:
     return None
 
 
-class _Recorder:
+class OpLog:
+    """The aten ops a test's device tensors went through, one entry per overload in the order first called: their
+    dtypes and layouts, the largest numel and the longest softmax / norm row. Both traces keep one (the CPU twin's
+    recorder, snpu's shadow mode), so both write the same ``TraceOp`` records."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, dict[str, Any]] = {}
+
+    def record(self, name: str, tensors: list[Any], row: int = 0, dtypes: tuple[Any, ...] = ()) -> None:
+        full = name if "::" in name else f"aten::{name}"
+        entry = self.ops.setdefault(full, {"dtypes": set(), "layouts": set(), "numel": 0, "row": 0})
+        entry["row"] = max(entry["row"], row)
+        for dtype in dtypes:
+            entry["dtypes"].add(str(dtype).removeprefix("torch."))
+        for t in tensors:
+            entry["dtypes"].add(str(t.dtype).removeprefix("torch."))
+            entry["layouts"].add(str(t.layout).removeprefix("torch."))
+            with contextlib.suppress(Exception):  # a tensor without storage (meta, sparse in construction)
+                entry["numel"] = max(entry["numel"], int(t.numel()))
+
+    def result(self) -> list[dict[str, Any]]:
+        """One entry per aten overload, in the order the test first called it."""
+        return [
+            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"],
+             **({"row": e["row"]} if e["row"] else {})}
+            for name, e in self.ops.items()
+        ]
+
+
+class _Recorder(OpLog):
     def __init__(self) -> None:
         import torch.utils.weak
 
+        super().__init__()
         self.tagged: Any = torch.utils.weak.WeakIdKeyDictionary()
-        self.ops: dict[str, dict[str, Any]] = {}
         self.factory = 0  # > 0 inside a call made with the device argument
         self.quiet = 0  # > 0 inside an assertion
         # a torch.device of the CPU stands for the test's device only in a test that receives the device argument
@@ -105,22 +134,6 @@ class _Recorder:
     def has_tag(self, t: Any) -> bool:
         return t in self.tagged
 
-    def record(self, name: str, tensors: list[Any], row: int = 0) -> None:
-        entry = self.ops.setdefault(name, {"dtypes": set(), "layouts": set(), "numel": 0, "row": 0})
-        entry["row"] = max(entry["row"], row)
-        for t in tensors:
-            entry["dtypes"].add(str(t.dtype).removeprefix("torch."))
-            entry["layouts"].add(str(t.layout).removeprefix("torch."))
-            with contextlib.suppress(Exception):  # a tensor without storage (meta, sparse in construction)
-                entry["numel"] = max(entry["numel"], int(t.numel()))
-
-    def result(self) -> list[dict[str, Any]]:
-        """One entry per aten overload, in the order the test first called it."""
-        return [
-            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"],
-             **({"row": e["row"]} if e["row"] else {})}
-            for name, e in self.ops.items()
-        ]
 
 
 def row_length(name: str, args: tuple[Any, ...]) -> int:
@@ -193,7 +206,7 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
                 ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor) and rec.has_tag(t)]
                 if not rec.quiet and (ins or rec.factory):
                     name = func.name()
-                    rec.record(name if "::" in name else f"aten::{name}", ins, row_length(name, args))
+                    rec.record(name, ins, row_length(name, args))
                 raise
             if rec.quiet:
                 return out
@@ -207,7 +220,7 @@ def _modes(rec: _Recorder) -> tuple[Any, Any]:
                 name.split("::")[-1].split(".")[0] == "copy_" and outs and not rec.has_tag(outs[0]) and not rec.factory
             )
             device_outs = [] if to_host else outs
-            rec.record(name if "::" in name else f"aten::{name}", ins + device_outs, row_length(name, args))
+            rec.record(name, ins + device_outs, row_length(name, args))
             rec.tag(device_outs)
             return out
 

@@ -435,8 +435,8 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
 
     import runners
 
-    _, what, _ = TRACE_KINDS[kind]
-    code_digest = importlib.import_module(TRACE_KINDS[kind][0]).code_digest
+    runner, what, _ = TRACE_KINDS[kind]
+    code_digest = importlib.import_module(runner).code_digest
     root = pytorch_src.resolve()
     wanted = [t for t in _agent_tests(inv, caps, dis, tools) if (root / t.file).is_file()]
     code_root = str(Path(runners.__file__).resolve().parent.parent)

@@ -326,6 +326,12 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
         if t.dtype in REFUSED_DTYPES and not isinstance(t, SnpuTensor):
             # e.g. a real tensor times a complex 0-dim tensor a kernel let through
             raise SnpuDtypeError(t.dtype, func.name())
+    return finish(func, args, kwargs, wrap(out))
+
+
+def finish(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], wrapped: Any) -> Any:
+    """Hand an op's wrapped result back to PyTorch: the wrappers of mutated tensors follow their device memory,
+    and the result aliases its inputs as the op's schema says (also snpu's shadow mode's last step)."""
     if func._schema.is_mutable:
         # out= and resize_/transpose_-like ops may change a tensor's shape: the wrapper
         # must follow its device memory
@@ -334,7 +340,7 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
                 _resync(t)
         if torch.Tag.inplace_view in func.tags:
             return args[0]
-    return return_and_correct_aliasing(func, args, kwargs, wrap(out))
+    return return_and_correct_aliasing(func, args, kwargs, wrapped)
 
 
 def check_result(func: torch._ops.OpOverload, out: Any) -> None:

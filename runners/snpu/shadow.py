@@ -41,40 +41,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import return_and_correct_aliasing
 
+from runners.cpu_trace import OpLog
 from runners.snpu import device, dispatch
 from runners.snpu.tensor import SnpuTensor
 
 
-class ShadowRecorder:
-    """The aten ops an snpu test's device tensors went through, in the order first called."""
+class ShadowRecorder(OpLog):
+    """The aten ops an snpu test's device tensors went through (``runners.cpu_trace.OpLog``, as the CPU trace
+    records them), with the row length the CPU trace computes."""
 
     def __init__(self, row_length: Any) -> None:
-        self.ops: dict[str, dict[str, Any]] = {}
+        super().__init__()
         self._row_length = row_length  # runners.cpu_trace.row_length: one definition of a row for both traces
-
-    def record(self, name: str, tensors: list[Any], row: int = 0, dtypes: tuple[Any, ...] = ()) -> None:
-        full = name if "::" in name else f"aten::{name}"
-        entry = self.ops.setdefault(full, {"dtypes": set(), "layouts": set(), "numel": 0, "row": 0})
-        entry["row"] = max(entry["row"], row)
-        for dtype in dtypes:
-            entry["dtypes"].add(str(dtype).removeprefix("torch."))
-        for t in tensors:
-            entry["dtypes"].add(str(t.dtype).removeprefix("torch."))
-            entry["layouts"].add(str(t.layout).removeprefix("torch."))
-            with contextlib.suppress(Exception):
-                entry["numel"] = max(entry["numel"], int(t.numel()))
 
     def row_of(self, name: str, args: tuple[Any, ...]) -> int:
         return self._row_length(name, args)
-
-    def result(self) -> list[dict[str, Any]]:
-        return [
-            {"op": name, "dtypes": sorted(e["dtypes"]), "layouts": sorted(e["layouts"]), "numel": e["numel"],
-             **({"row": e["row"]} if e["row"] else {})}
-            for name, e in self.ops.items()
-        ]
 
 
 _active: ShadowRecorder | None = None
@@ -117,13 +99,7 @@ def _shadow_call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dic
         out = func(*cpu_args, **dispatch.unwrap_kwargs(kwargs))
     wrapped = dispatch.wrap(out)
     rec.record(name, _snpu_tensors(wrapped))  # a result made in a refused dtype (``.double()``) is recorded too
-    if func._schema.is_mutable:
-        for t in dispatch._iter_tensors(args, kwargs):
-            if isinstance(t, SnpuTensor):
-                dispatch._resync(t)
-        if torch.Tag.inplace_view in func.tags:
-            return args[0]
-    return return_and_correct_aliasing(func, args, kwargs, wrapped)
+    return dispatch.finish(func, args, kwargs, wrapped)
 
 
 def _shadow_check_dtype(dtype: torch.dtype | None, op: str) -> torch.dtype:
