@@ -9,8 +9,9 @@ the first few samples (``SAMPLE_LIMIT``) of one entry (``op_db`` or ``python_ref
 inventory needs and plans from the answers (``selector.rules.TemplateProbe``).
 
 Run in a child process (a probe may crash or hang): ``python -m runners.snpu.template_probe IN OUT``
-with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets
-``{"family|op|dtype": null | "error"}``.
+with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets one JSON line
+``{"key": "family|op|dtype", "answer": null | "error"}`` per probe as it ends, so a child stopped early (the
+plan's probe budget, a crash) leaves the answers it finished.
 """
 
 from __future__ import annotations
@@ -468,8 +469,10 @@ def run_probes(
     requests: list[tuple[str, str, str | None]],
     device: str = "snpu",
     progress: Callable[[int], None] | None = None,
+    answered: Callable[[str, str | None], None] | None = None,
 ) -> dict[str, str | None]:
-    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed."""
+    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed. ``answered`` is called
+    with each answer as soon as it is known."""
     import torch
 
     from runners.snpu import install
@@ -491,6 +494,8 @@ def run_probes(
             op = entries.get(name)
             if op is None or (family not in PROBES and family != "attrs"):
                 results[k] = f"Unknown: no OpInfo entry {name!r} or probe family {family!r} in this torch"
+                if answered:
+                    answered(k, results[k])
                 continue
             dtype = getattr(torch, dname or "float32", None)
             if use_alarm:
@@ -509,6 +514,8 @@ def run_probes(
             finally:
                 if use_alarm:
                     signal.alarm(0)
+            if answered:
+                answered(k, results[k])
             if progress:
                 progress(1)
     return results
@@ -519,9 +526,13 @@ def main(argv: list[str]) -> int:
     device = argv[3] if len(argv) > 3 else "snpu"
     with open(src, encoding="utf-8") as f:
         requests = [tuple(r) for r in json.load(f)]
-    results = run_probes(requests, device)  # type: ignore[arg-type]
     with open(dst, "w", encoding="utf-8") as f:
-        json.dump(results, f, sort_keys=True)
+
+        def write(k: str, answer: str | None) -> None:
+            f.write(json.dumps({"key": k, "answer": answer}) + "\n")
+            f.flush()
+
+        run_probes(requests, device, answered=write)  # type: ignore[arg-type]
     return 0
 
 

@@ -47,3 +47,28 @@ def test_foreach_entries_are_found_in_the_foreach_lists():
     assert entries["add"] is next(op for op in op_db if op.name == "add" and not op.variant_test_name)
     answers = run_probes([("attrs", "_foreach_add", "supports_out")])
     assert not (answers[key("attrs", "_foreach_add", "supports_out")] or "").startswith("Unknown")
+
+
+def test_a_probe_child_that_dies_mid_chunk_leaves_the_answers_it_finished(tmp_path):
+    """The child writes each answer as its probe ends: the plan's probe budget stops a child at its deadline, and
+    a probe may take the child down; the answers before that are kept (they were lost with the whole chunk)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    src, dst = tmp_path / "in.json", tmp_path / "out.jsonl"
+    src.write_text(json.dumps([["attrs", "sin", "domain"], ["samples", "no_such_op", None], ["grad", "add", None],
+                               ["attrs", "cos", "domain"]]))
+    child = ("import os, sys\n"
+             "import runners.snpu.template_probe as tp\n"
+             "tp.PROBES['grad'] = lambda *a: os._exit(3)  # a probe that takes the child down\n"
+             "sys.exit(tp.main(sys.argv))\n")
+    done = subprocess.run([sys.executable, "-c", child, str(src), str(dst)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert done.returncode == 3, done.stderr
+    lines = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["key"] for r in lines] == [key("attrs", "sin", "domain"), key("samples", "no_such_op", None)]
+    assert lines[0]["answer"] is None and lines[1]["answer"].startswith("Unknown")
