@@ -1,8 +1,8 @@
 """The order in which ``crcr select plan`` spends its template-probe budget, and what a plan says of a test
 whose probe did not run.
 
-A probe costs about 0.05-0.15 s (an OpInfo entry's first samples on snpu) plus a child's start, and a whole
-upstream file asks for thousands (the selector's fixture tree: 4,541; ``test_decomp.py`` ran ~9.5 min), so
+A probe costs about 0.04 s of CPU on average (an OpInfo entry's first samples on snpu; some take seconds) plus a
+child's start, and a whole upstream file asks for thousands (the selector's fixture tree: 4,541, ~3 min), so
 ``--probe-budget`` bounds them like ``--trace-budget`` bounds the trace (``selector.tracebudget``). When the budget
 runs out, the tests whose probe did not run are planned by the rules after the probe (the capability file's
 kernel list and sweep), which is the static reading a plan without probes gets, and their reasons say so.

@@ -39,7 +39,8 @@ def plan(tmp_path_factory):
     The inventory reads the tree against the selector tests' fixture op table (a slice of the installed torch's,
     seeded where the CLI caches that table), as the selector's own CLI tests do: its two OpInfo templates are
     instantiated over 12 ops instead of 798 (153 tests and 93 template probes instead of 6,587 and 4,541, whose
-    probes alone took 6-10 minutes on two busy cores). The 22 tests without an op, the edited one among them, are
+    probes alone took 350-950 s on two busy cores, ~200 s once they stopped walking inspect.stack(), against this
+    fixture's 600 s timeout: BENCHMARKS.md, i8-probes). The 22 tests without an op, the edited one among them, are
     the same either way."""
     from importlib.metadata import version
 
