@@ -911,9 +911,6 @@ class OfflineAgent:
         cap_ref = f"capability file {tools.caps.digest[:8]}"
         no_trace: dict[str, str] = {}  # test id -> why its CPU trace could not decide (then the static reading does)
         for test in tests:
-            if "module" in test.features and test.op:
-                answers[test.id] = self._module(test, tools, cap_ref)
-                continue
             if tools.caps.cpu_traces is not None:
                 tools.calls.append(f"read_cpu_trace({test.id})")
                 traced, why = trace_answer(test, tools.cpu_trace(test.id), tools, cap_ref)
@@ -921,6 +918,9 @@ class OfflineAgent:
                     answers[test.id] = traced
                     continue
                 no_trace[test.id] = why
+            if "module" in test.features and test.op:  # untraced: the module's functional op decides
+                answers[test.id] = self._module(test, tools, cap_ref)
+                continue
             fn = tools.test_function(test.id)
             if fn is None:
                 answers[test.id] = AgentAnswer(
