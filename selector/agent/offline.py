@@ -199,15 +199,20 @@ def names_the_device(fn: ast.FunctionDef, device: str) -> bool:
             word = (node.id if isinstance(node, ast.Name) else node.attr).lower()
             if "privateuse1" in word or "accelerator" in word or word == device.lower():
                 return True
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "self"
-            and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
-        ):
+        if _calls_test_helper(node):
             return True
     return False
+
+
+def _calls_test_helper(node: ast.AST) -> bool:
+    """``self.helper(...)``: a helper of the test case, other than its assertions, skips and subtests."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+        and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
+    )
 
 
 def device_reaches(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool | None:
@@ -242,13 +247,7 @@ def device_reaches(fn: ast.FunctionDef, dtype: str | None = None, device: str | 
                 return True
         if isinstance(node, ast.Attribute) and node.attr == "device_type" and _is_device_expr(node):
             return True
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "self"
-            and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
-        ):
+        if _calls_test_helper(node):
             return True  # a helper of the test case may use self.device_type
     return False
 
