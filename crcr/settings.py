@@ -114,6 +114,9 @@ class Settings(BaseSettings):
     select_trace_budget_s: float = Field(
         600.0, ge=0, description="seconds crcr select plan may spend running CPU twins (the CPU trace) in one plan; "
         "the tests left are planned without a trace and say so, a re-plan continues (0: no budget)")
+    select_probe_budget_s: float = Field(
+        600.0, ge=0, description="seconds crcr select plan may spend running template probes in one plan; the tests "
+        "whose probe did not run are planned from the capability file and say so, a re-plan continues (0: no budget)")
     select_trace_jobs: int = Field(1, ge=1, le=64, description="CPU-trace children crcr select plan runs at once")
 
     # service

@@ -52,6 +52,9 @@ class Capabilities:
     template_probes: dict[str, str | None] = field(default_factory=dict)
     # ``file::template`` -> the OpInfo attributes the template reads (comma-joined), from its source
     template_reads: dict[str, str] = field(default_factory=dict)
+    # probes wanted but not run (``family|op|dtype`` -> why, e.g. the probe budget was spent): the tests they
+    # would have decided are planned by the later rules, and their reasons say so
+    unprobed: dict[str, str] = field(default_factory=dict)
     # CPU traces of the plain device tests the agent decides (test id -> what its CPU twin did); None when no
     # trace was asked for (``--no-trace``, or a device that does not run here)
     cpu_traces: dict[str, CpuTrace] | None = None
@@ -59,12 +62,17 @@ class Capabilities:
     # reason says so, so a reviewer can tell a budget's gap from a test the trace could not decide
     untraced: dict[str, str] = field(default_factory=dict)
 
-    def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None) -> None:
-        """Plan from these probe answers too; the digest (and so the plan cache's context) covers them."""
+    def attach_probes(self, results: dict[str, str | None], reads: dict[str, str] | None = None,
+                      unprobed: dict[str, str] | None = None) -> None:
+        """Plan from these probe answers too, and say of each probe in ``unprobed`` why it has none; the digest
+        (and so the plan cache's context) covers them (a later plan with more answers re-plans their tests)."""
         self.template_probes = dict(results)
         self.template_reads = dict(reads or {})
-        probe_digest = hashlib.sha256(json.dumps([self.template_probes, self.template_reads],
-                                                 sort_keys=True).encode()).hexdigest()
+        self.unprobed = dict(unprobed or {})
+        evidence: list[object] = [self.template_probes, self.template_reads]
+        if self.unprobed:
+            evidence.append(self.unprobed)
+        probe_digest = hashlib.sha256(json.dumps(evidence, sort_keys=True).encode()).hexdigest()
         self.digest = hashlib.sha256(f"{self.digest}:{probe_digest}".encode()).hexdigest()[:16]
 
     def attach_cpu_traces(self, traces: dict[str, CpuTrace], untraced: dict[str, str] | None = None) -> None:

@@ -36,7 +36,16 @@ from selector.disabled import DisabledTests
 from selector.fingerprint import digest
 from selector.patterns import build_entries
 from selector.planfiles import merge_plan_text, write_plan_file
-from selector.rules import RuleContext, classify
+from selector.rules import (
+    DEFAULT_RULES,
+    RuleContext,
+    TemplateProbe,
+    classify,
+    probe_key,
+    probe_request,
+    reads_key,
+    traced_instead,
+)
 
 __all__ = [
     "Decided",
@@ -79,6 +88,29 @@ def _untraced_said(reason: str, test: InventoryTest, ctx: RuleContext) -> str:
     return reason if why is None or why in reason else f"{reason} ({why})"
 
 
+# the rules that decide an OpInfo test whose template probe has no answer (and the agent after them)
+_AFTER_PROBE = frozenset(r.name for r in DEFAULT_RULES[1 + next(i for i, r in enumerate(DEFAULT_RULES)
+                                                                 if isinstance(r, TemplateProbe)):])
+
+
+def _unprobed_said(reason: str, test: InventoryTest, ctx: RuleContext, rule: str | None) -> str:
+    """The reason, saying why the test's template probe did not run (the probe budget was spent) where a rule
+    after the probe or the agent decided it in the probe's place."""
+    if not ctx.caps.unprobed or (rule is not None and rule not in _AFTER_PROBE) or traced_instead(test, ctx.caps):
+        return reason
+    req = probe_request(test)
+    if req is None:
+        return reason
+    reads = ctx.caps.template_reads.get(reads_key(test))
+    keys = [probe_key(*req), *([probe_key("attrs", req[1], reads)] if reads else [])]
+    why = next((ctx.caps.unprobed[k] for k in keys if k in ctx.caps.unprobed), None)
+    return reason if why is None or why in reason else f"{reason} ({why})"
+
+
+def _said(reason: str, test: InventoryTest, ctx: RuleContext, rule: str | None) -> str:
+    return _untraced_said(_unprobed_said(reason, test, ctx, rule), test, ctx)
+
+
 def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, tools: Tools,
                    cache: DecisionCache | None = None, report: PlanReport | None = None,
                    progress: Callable[[int], None] | None = None) -> dict[str, Decided]:
@@ -96,7 +128,7 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
         if rd is None:
             undecided.append(test)
             continue
-        decided[test.id] = Decided(rd.mode, _untraced_said(rd.reason, test, ctx), "rules", test.fingerprint, rd.rule,
+        decided[test.id] = Decided(rd.mode, _said(rd.reason, test, ctx, rd.rule), "rules", test.fingerprint, rd.rule,
                                    rd.pattern, None, rd.evidence)
         report.classified += 1
         report.classified_ids.append(test.id)
@@ -115,7 +147,7 @@ def classify_tests(tests: list[InventoryTest], ctx: RuleContext, agent: Agent, t
             a = answers.get(test.id)
             if a is None:
                 continue
-            decided[test.id] = Decided(a.mode, _untraced_said(a.reason, test, ctx), "agent", test.fingerprint, None,
+            decided[test.id] = Decided(a.mode, _said(a.reason, test, ctx, None), "agent", test.fingerprint, None,
                                        None, a.confidence)
             report.classified += 1
             report.classified_ids.append(test.id)

@@ -222,24 +222,51 @@ def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None)
     return caps, dis
 
 
-PROBE_CHUNK = 250  # requests per child process: a crash or a timeout loses at most this many answers
+PROBE_CHUNK = 250  # requests per child process: a crash or a timeout loses the answers of its chunk not yet given
+_clock = time.monotonic  # the probe and trace budgets' clock (a test replaces it to spend a budget chunk by chunk)
+
+
+def _probe_chunk(chunk: list[tuple[str, str, str | None]], env: dict[str, str], src: Path, dst: Path,
+                 deadline: float | None) -> dict[str, str | None]:
+    """Run ``chunk`` in one ``runners.snpu.template_probe`` child and return the answers it wrote (one JSON line
+    per probe as it ends). At ``deadline`` (on :data:`_clock`; the probe budget) the child is stopped and the
+    answers it finished are kept; so are those of a child that crashed or hung."""
+    import subprocess
+
+    src.write_text(json.dumps(chunk), encoding="utf-8")
+    limit = 120 + 10 * len(chunk)
+    if deadline is not None:
+        limit = min(limit, max(0.0, deadline - _clock()))
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run([sys.executable, "-m", "runners.snpu.template_probe", str(src), str(dst)], env=env,
+                       timeout=limit, capture_output=True, check=False)
+    got: dict[str, str | None] = {}
+    for line in dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # a torn last line is a stopped child's
+            rec = json.loads(line)
+            got[str(rec["key"])] = None if rec["answer"] is None else str(rec["answer"])
+    return got
 
 
 def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools: Any = None,
-                            families: set[str] | None = None) -> None:
+                            families: set[str] | None = None, budget_s: float = 0.0) -> dict[str, Any] | None:
     """Run the template probes the inventory needs on the device (cached in the data dir) and hand the
     answers to the rules. Only for a device that runs on this machine (snpu); elsewhere the rules plan
-    from the capability file alone, and this says so."""
-    import hashlib
-    import subprocess
-    import time
+    from the capability file alone, and this says so.
 
+    ``budget_s`` (0: none) bounds the time spent running probes: they run in
+    :func:`selector.probebudget.probe_order` (cached answers are free and always used), and the probes whose turn
+    did not come are handed on as unprobed, which their tests' plan reasons say. Returns the counts (for
+    ``--json``), None where no probe was wanted."""
+    import hashlib
+
+    from selector.probebudget import probe_budget_note, probe_order
     from selector.rules import RuleContext, probe_key, probe_requests
 
     if caps.device != "snpu":
         typer.echo(f"template probes: none for device {caps.device} (it does not run on this machine); "
                    "planning from the capability file alone", err=True)
-        return
+        return None
     import runners
     from runners.snpu.template_probe import device_key, family_digest
 
@@ -261,7 +288,7 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
                              hint=f"families: {', '.join(FAMILIES)}, attrs")
         requests = [r for r in requests if r[0] in families]
     if not requests:
-        return
+        return None
     cache_key = hashlib.sha256(f"{device_key()}:{caps.digest}".encode()).hexdigest()[:16]
     digests = {f: family_digest(f) for f in {r[0] for r in requests}}
 
@@ -273,41 +300,55 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
     if cache_path.is_file():
         with contextlib.suppress(ValueError, OSError):
             cached = dict(json.loads(cache_path.read_text(encoding="utf-8")))
-    missing = [r for r in requests if stored(r) not in cached]
-    start = time.perf_counter()
+    # ordered over all requests, so a re-plan continues the same order past the cached ones
+    missing = [r for r in probe_order(requests) if stored(r) not in cached]
+    from_cache = len(requests) - len(missing)
+    start = _clock()
+    deadline = start + budget_s if budget_s > 0 else None
     root = str(Path(runners.__file__).resolve().parent.parent)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
-    lost = 0
+    ran, lost, stopped = 0, 0, False
     with tempfile.TemporaryDirectory(prefix="crcr-probe-") as tmp:
         for n in range(0, len(missing), PROBE_CHUNK):
+            if deadline is not None and _clock() >= deadline:
+                stopped = True  # the budget is spent: the chunks left are not started
+                break
             chunk = missing[n:n + PROBE_CHUNK]
-            src, dst = Path(tmp) / f"in-{n}.json", Path(tmp) / f"out-{n}.json"
-            src.write_text(json.dumps(chunk), encoding="utf-8")
-            typer.echo(f"template probes: {n + len(chunk)}/{len(missing)} on {caps.device} ...", err=True)
-            try:
-                subprocess.run([sys.executable, "-m", "runners.snpu.template_probe", str(src), str(dst)], env=env,
-                               timeout=120 + 10 * len(chunk), capture_output=True, check=False)
-            except subprocess.TimeoutExpired:
-                pass
-            if dst.is_file():
-                got = json.loads(dst.read_text(encoding="utf-8"))
-                cached.update({stored(r): got[probe_key(*r)] for r in chunk if probe_key(*r) in got})
+            left = "" if deadline is None else f", {max(0.0, deadline - _clock()):.0f} s of the {budget_s:g} s budget left"
+            typer.echo(f"template probes: {n + len(chunk)}/{len(missing)} on {caps.device}{left} ...", err=True)
+            got = _probe_chunk(chunk, env, Path(tmp) / f"in-{n}.json", Path(tmp) / f"out-{n}.json", deadline)
+            answered = [r for r in chunk if probe_key(*r) in got]
+            cached.update({stored(r): got[probe_key(*r)] for r in answered})
+            ran += len(answered)
+            if answered:
                 cache_path.parent.mkdir(parents=True, exist_ok=True)
                 cache_path.write_text(json.dumps(cached, sort_keys=True), encoding="utf-8")  # after every chunk
-            else:
-                lost += len(chunk)
+            if deadline is not None and _clock() >= deadline:
+                stopped = True  # stopped at the deadline: what it did not answer is the budget's, not a crash
+                break
+            lost += len(chunk) - len(answered)
     answers = {probe_key(*r): cached[stored(r)] for r in requests if stored(r) in cached}
-    caps_reads = reads
+    unprobed = {probe_key(*r): probe_budget_note(budget_s) for r in requests if stored(r) not in cached} \
+        if stopped else {}
     failed = sum(1 for v in answers.values() if v is not None)
-    typer.echo(f"template probes: {len(requests)} needed, {len(missing)} run ({time.perf_counter() - start:.0f}s), "
-               f"{len(requests) - len(missing)} from cache; {failed} failed"
+    seconds = _clock() - start
+    typer.echo(f"template probes: probed {len(answers)} of {len(requests)} needed ({from_cache} from cache, {ran} run "
+               f"in {seconds:.0f}s); {failed} failed"
+               + (f"; {len(unprobed)} unprobed: budget {budget_s:g} s spent, their tests planned by the other rules"
+                  if unprobed else "")
                + (f"; {lost} without an answer (crash or timeout): planned by the other rules" if lost else ""),
                err=True)
-    caps.attach_probes(answers, caps_reads)
+    if unprobed and not answers:
+        typer.echo(f"warning: template probes: the budget of {budget_s:g} s was spent before any probe ran: all "
+                   f"{len(requests)} tests' probes are left to the other rules (raise --probe-budget, 0 for none, or "
+                   "plan again: each plan continues where the last stopped)", err=True)
+    caps.attach_probes(answers, reads, unprobed)
+    return {"wanted": len(requests), "probed": len(answers), "cached": from_cache, "run": ran,
+            "unprobed": len(unprobed), "lost": lost, "failed": failed, "budget_s": budget_s,
+            "seconds": round(seconds, 1)}
 
 
 TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
-_clock = time.monotonic  # the trace budget's clock (a test replaces it to spend a budget chunk by chunk)
 
 
 def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
@@ -533,7 +574,8 @@ def _print_report(report: Any, as_json: bool, extra: dict[str, Any] | None = Non
 @app.command("plan", help=(
     "Classify every test of an inventory and write configs/selections/<backend>/<upstream file>.yaml.\n\n"
     "Rules decide first (each named in the reason; OpInfo tests from their template family's probe, run once per "
-    "op and dtype on the device where it runs on this machine, cached in the data dir; --no-probe skips it); "
+    "op and dtype on the device where it runs on this machine, cached in the data dir; --probe-budget bounds the time "
+    "they spend per plan, default 600 s, and a re-plan continues where they stopped; --no-probe skips them); "
     "the agent decides the rest: with --pytorch-src, where the device runs here, each plain device test (and each "
     "OpInfo test of a generic template, which its trace then decides) is first run once under a recording mode and "
     "planned from the aten ops it really called (the trace: by default the device test itself with snpu's tensors and "
@@ -563,6 +605,12 @@ def plan_cmd(
     probe_only: Annotated[list[str] | None, typer.Option("--probe-only", help="probe only this template family "
                                                          "(repeatable: out, dtypes, noncontiguous, samples, ...); the "
                                                          "rest is planned from the capability file")] = None,
+    probe_budget: Annotated[float | None, typer.Option("--probe-budget", min=0, help="seconds the template probes "
+                                                       "may spend running in this plan (default "
+                                                       "CRCR_SELECT_PROBE_BUDGET_S, 600; 0: no budget); the tests "
+                                                       "whose probe's turn did not come are planned from the "
+                                                       "capability file and their reasons say so; cached answers are "
+                                                       "free, so a re-plan continues where it stopped")] = None,
     trace: Annotated[bool, typer.Option("--trace/--no-trace", help="with --pytorch-src, where the device runs on "
                                         "this machine (snpu): run each plain device test the agent decides, and each "
                                         "OpInfo test of a generic template, once under a recording mode (see "
@@ -617,11 +665,14 @@ def plan_cmd(
 
         inv = collect_embedded(caps.device)
     tools = Tools(caps, inv.by_id(), pytorch_src, TorchSources(installed_torch_dir()))
+    probe_counts = None
     if probe:
         # probe answers are facts about the device (keyed by its code and the capability file), not
         # decisions: they stay in the data dir even with --no-cache
-        _attach_template_probes(inv, caps, dis, _settings().data_dir, tools if pytorch_src else None,
-                                set(probe_only or ()))
+        settings = _settings()
+        probe_counts = _attach_template_probes(
+            inv, caps, dis, settings.data_dir, tools if pytorch_src else None, set(probe_only or ()),
+            budget_s=settings.select_probe_budget_s if probe_budget is None else probe_budget)
     trace_counts = None
     if trace and pytorch_src is not None and _torch_importable():
         # traces are facts about the upstream files on this torch, not decisions: kept even with --no-cache
@@ -640,10 +691,14 @@ def plan_cmd(
 
         report = run_plan(inv, backend=backend, out_dir=out_dir, caps=caps, disabled=dis, agent=the_agent, tools=tools,
                           data_dir=data_dir, progress=advance)
-    # a plan whose trace budget ran out is not up to date: the next plan with this inventory continues the trace
-    if data_dir is not None and inv_digest is not None and not (trace_counts and trace_counts["untraced_budget"]):
+    # a plan whose probe or trace budget ran out is not up to date: the next plan with this inventory continues
+    budgeted = bool(trace_counts and trace_counts["untraced_budget"]) or bool(probe_counts and probe_counts["unprobed"])
+    if data_dir is not None and inv_digest is not None and not budgeted:
         record_state(inv_digest, context, backend, out_dir, data_dir)
-    _print_report(report, as_json, {"cpu_trace": trace_counts} if trace_counts is not None else None)
+    extra = {"cpu_trace": trace_counts} if trace_counts is not None else {}
+    if probe_counts is not None:
+        extra["template_probes"] = probe_counts
+    _print_report(report, as_json, extra or None)
     from selector.errors import import_failures
 
     failure = import_failures(inv, f"the plan in {out_dir} is written")

@@ -47,3 +47,52 @@ def test_foreach_entries_are_found_in_the_foreach_lists():
     assert entries["add"] is next(op for op in op_db if op.name == "add" and not op.variant_test_name)
     answers = run_probes([("attrs", "_foreach_add", "supports_out")])
     assert not (answers[key("attrs", "_foreach_add", "supports_out")] or "").startswith("Unknown")
+
+
+def test_a_probe_child_that_dies_mid_chunk_leaves_the_answers_it_finished(tmp_path):
+    """The child writes each answer as its probe ends: the plan's probe budget stops a child at its deadline, and
+    a probe may take the child down; the answers before that are kept (they were lost with the whole chunk)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    src, dst = tmp_path / "in.json", tmp_path / "out.jsonl"
+    src.write_text(json.dumps([["attrs", "sin", "domain"], ["samples", "no_such_op", None], ["grad", "add", None],
+                               ["attrs", "cos", "domain"]]))
+    child = ("import os, sys\n"
+             "import runners.snpu.template_probe as tp\n"
+             "tp.PROBES['grad'] = lambda *a: os._exit(3)  # a probe that takes the child down\n"
+             "sys.exit(tp.main(sys.argv))\n")
+    done = subprocess.run([sys.executable, "-c", child, str(src), str(dst)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
+    assert done.returncode == 3, done.stderr
+    lines = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["key"] for r in lines] == [key("attrs", "sin", "domain"), key("samples", "no_such_op", None)]
+    assert lines[0]["answer"] is None and lines[1]["answer"].startswith("Unknown")
+
+
+def test_the_probes_find_the_running_test_as_upstream_does_without_its_stack_walk():
+    """Upstream's sample iterators look up the running test (``extract_test_fn``, through ``inspect.stack()``, most
+    of a probe's time); the probes' replacement gives the same answer inside a TestCase's test and outside one."""
+    import unittest
+
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    from runners.snpu.template_probe import _fast_test_fn_lookup, _test_fn_from_frames
+
+    class TestLookup(unittest.TestCase):
+        def test_inside(self):
+            self.found = (_test_fn_from_frames(), common_utils.extract_test_fn())
+
+    case = TestLookup("test_inside")
+    assert case.run().wasSuccessful()
+    assert case.found[0] is case.found[1] is TestLookup.test_inside
+    assert _test_fn_from_frames() is None and common_utils.extract_test_fn() is None
+    upstream = common_utils.extract_test_fn
+    with _fast_test_fn_lookup():  # both names upstream calls it by, for the probes' duration
+        assert common_utils.extract_test_fn is _test_fn_from_frames and core.extract_test_fn is _test_fn_from_frames
+    assert common_utils.extract_test_fn is upstream and core.extract_test_fn is upstream
