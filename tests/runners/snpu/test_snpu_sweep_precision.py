@@ -130,3 +130,17 @@ def test_integer_outputs_and_non_finite_values_must_match_the_cpu():
         compare_with_reference(torch.tensor([1.0, 1.0]), inf, inf.to(torch.float64), torch.float32)
     with pytest.raises(AssertionError):  # a shape the CPU does not give
         compare_with_reference(actual[:1], expected, exact, torch.float32)
+
+
+def test_the_sweep_sees_the_attention_kernel():
+    """snpu's flash attention is registered on the autograd key, outside dispatch.call: it
+    tells the observer itself, so the sweep knows an accumulating kernel ran."""
+    seen = []
+    q = torch.randn(2, 4, 8).to("snpu")
+    with sweeping():
+        dispatch.observer = seen.append
+        try:
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        finally:
+            dispatch.observer = None
+    assert ("aten::scaled_dot_product_attention", "attention") in {(k.name, k.category) for k in seen}
