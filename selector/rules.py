@@ -297,8 +297,12 @@ def template_family(test: InventoryTest) -> str | None:
 def trace_wanted(test: InventoryTest) -> bool:
     """An OpInfo test whose template has no characteristic check (the generic ``samples`` family): the op's
     samples say little of what its body does (``op(torch.empty(1, 0))`` inside ``assertRaisesRegex`` is an
-    argument check, not the op's kernel), so its CPU twin is traced like a plain device test."""
-    return template_family(test) == "samples" and bool(test.device and test.cls)
+    argument check, not the op's kernel), so its CPU twin is traced like a plain device test. So is a ModuleInfo
+    test (``@modules``): the capability file says whether the module's functional op has a kernel, not what the
+    body does with the module (a template written for another torch version fails before it builds one)."""
+    if not (test.device and test.cls):
+        return False
+    return template_family(test) == "samples" or ("module" in test.features and bool(test.op))
 
 
 def traced_instead(test: InventoryTest, caps: Capabilities) -> bool:

@@ -6,11 +6,12 @@ planned by the static reading (and, for OpInfo tests of a generic template, by t
 decides how much the budget buys: :func:`trace_order` puts first the tests whose trace tells most that the
 static reading cannot tell.
 
-- One test per generic template (plain device tests) or per (template, op) (OpInfo tests of a generic template)
+- One test per generic template (plain device tests) or per (template, op) (OpInfo tests of a generic template;
+  ModuleInfo tests, whose op is the module)
   comes before the other dtype variants of the same body: those mostly call the same ops, and the dtype itself
   the static reading already weighs (its refused dtypes), so a second variant adds less than a first one of
   another body.
-- Plain device tests before OpInfo tests in each of those two rounds: a plain test has only the static reading of
+- Plain device tests before OpInfo and ModuleInfo tests in each of those two rounds: a plain test has only the static reading of
   its body behind it when untraced, an OpInfo test still has its op's samples probe.
 - The representative variant is float32 when there is one (the dtype most tests are written for), else the one
   without a dtype, else the first by id; everything else is by file, then id, so the same inventory gives the

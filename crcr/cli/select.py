@@ -353,7 +353,8 @@ TRACE_CHUNK = 50  # tests per child process run; progress is shown per chunk
 
 def _agent_tests(inv: Any, caps: Any, dis: Any, tools: Any) -> list[Any]:
     """The device tests whose CPU twin is traced: the plain ones (no OpInfo, no ModuleInfo) the rules leave to the
-    agent, and the OpInfo tests of a generic template (``samples`` family) no rule before the template probe decides."""
+    agent, and the OpInfo tests of a generic template (``samples`` family) and the ModuleInfo tests no rule before
+    the template probe decides (``selector.rules.trace_wanted``)."""
     from selector.rules import DEFAULT_RULES, RuleContext, TemplateProbe, classify, trace_wanted
 
     ctx = RuleContext(caps=caps, disabled=dis, dtype_reaches=tools.dtype_reaches, trace_pending=True)

@@ -77,6 +77,13 @@ KERNELS: dict[str, Kernel] = {}
 # need whole-tensor kernels); None when nobody listens
 observer: Callable[[Kernel], None] | None = None
 
+def notify(kernel: Kernel) -> None:
+    """Tell the observer, if any, that ``kernel`` runs (kernels registered outside ``call``,
+    such as attention on the autograd key, call it themselves)."""
+    if observer is not None:
+        observer(kernel)
+
+
 # ops that legitimately take CPU tensors next to snpu ones (copies and CPU indices)
 _MIXED_DEVICE_OK = frozenset(
     {
@@ -302,8 +309,7 @@ def call(func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, A
     else:
         # a kernel runs many small tile computations: intra-op threads only add
         # synchronisation (and stall badly on a loaded machine), as one core runs a tile
-        if observer is not None:
-            observer(kernel)
+        notify(kernel)
         threads = torch.get_num_threads()
         if threads != 1:
             torch.set_num_threads(1)

@@ -186,6 +186,35 @@ def _device_truth(test: ast.AST, device: str | None) -> bool | None:
     return None
 
 
+def names_the_device(fn: ast.FunctionDef, device: str) -> bool:
+    """Whether a test of a class not instantiated per device type can still put work on the backend: its body
+    names the backend (``'privateuse1'``, the device's own name), the current accelerator, or calls a helper of
+    the test case (which may). Without one of those, everything it builds is on the CPU."""
+    names = {"privateuse1", device.lower()}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(n in node.value.lower() for n in names):
+                return True
+        if isinstance(node, (ast.Name, ast.Attribute)):
+            word = (node.id if isinstance(node, ast.Name) else node.attr).lower()
+            if "privateuse1" in word or "accelerator" in word or word == device.lower():
+                return True
+        if _calls_test_helper(node):
+            return True
+    return False
+
+
+def _calls_test_helper(node: ast.AST) -> bool:
+    """``self.helper(...)``: a helper of the test case, other than its assertions, skips and subtests."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "self"
+        and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
+    )
+
+
 def device_reaches(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> bool | None:
     """Whether the test's ``device`` argument can reach anything it builds: False when the body reads it
     only in device-type conditions (``torch.device(device).type == 'cuda'``) or after rebinding it
@@ -218,13 +247,7 @@ def device_reaches(fn: ast.FunctionDef, dtype: str | None = None, device: str | 
                 return True
         if isinstance(node, ast.Attribute) and node.attr == "device_type" and _is_device_expr(node):
             return True
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == "self"
-            and not node.func.attr.startswith(("assert", "fail", "skip", "subTest"))
-        ):
+        if _calls_test_helper(node):
             return True  # a helper of the test case may use self.device_type
     return False
 
@@ -911,9 +934,6 @@ class OfflineAgent:
         cap_ref = f"capability file {tools.caps.digest[:8]}"
         no_trace: dict[str, str] = {}  # test id -> why its CPU trace could not decide (then the static reading does)
         for test in tests:
-            if "module" in test.features and test.op:
-                answers[test.id] = self._module(test, tools, cap_ref)
-                continue
             if tools.caps.cpu_traces is not None:
                 tools.calls.append(f"read_cpu_trace({test.id})")
                 traced, why = trace_answer(test, tools.cpu_trace(test.id), tools, cap_ref)
@@ -921,6 +941,9 @@ class OfflineAgent:
                     answers[test.id] = traced
                     continue
                 no_trace[test.id] = why
+            if "module" in test.features and test.op:  # untraced: the module's functional op decides
+                answers[test.id] = self._module(test, tools, cap_ref)
+                continue
             fn = tools.test_function(test.id)
             if fn is None:
                 answers[test.id] = AgentAnswer(
@@ -933,6 +956,16 @@ class OfflineAgent:
                 continue
             tools.calls.append(f"read_test_source({test.id})")
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
+            if test.device is None and not names_the_device(fn, tools.caps.device):
+                answers[test.id] = AgentAnswer(
+                    id=test.id,
+                    mode="run",
+                    confidence="medium",
+                    reason=f"[agent:offline] read {src_ref}: its class is not instantiated per device type and "
+                    f"its body names no {tools.caps.device} device, so what it builds stays on the CPU and "
+                    f"{tools.caps.device} runs none of it",
+                )
+                continue
             if test.op:
                 tools.read_opinfo(test.op)
             calls = sorted(set(torch_calls(fn, test.dtype, test.device)) | set(indirect_calls(fn, test)))
