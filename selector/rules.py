@@ -50,14 +50,6 @@ def _cls_prefix(test: InventoryTest) -> str:
     return re.escape(test.cls) + "::" if test.cls else ""
 
 
-def per_device(test: InventoryTest) -> bool:
-    """Whether the test is an instance of a class instantiated per device type: its method name carries the device
-    (``TestFooPRIVATEUSE1::test_x_snpu_float32``). A plain ``TestCase``'s test, collected for the device all the same
-    (``TestFoo::test_x``), builds its tensors on the CPU unless its body names the backend, which the agent reads (or
-    the test's device-shadow run shows)."""
-    return bool(test.device) and re.search(rf"_{re.escape(test.device)}(_|$)", test.method) is not None
-
-
 class Rule:
     """One named rule; subclasses implement :meth:`decide`."""
 
@@ -146,7 +138,7 @@ class FeatureNeeds(Rule):
 
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
         for feat in self.CHECKED:
-            if feat in self.TENSOR_KINDS and not per_device(test):
+            if feat in self.TENSOR_KINDS and not test.per_device:
                 continue
             if feat in test.features and not ctx.caps.feature(feat):
                 scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
