@@ -131,9 +131,15 @@ class FeatureNeeds(Rule):
 
     name = "feature-needs"
     CHECKED = ("distributed", "sparse", "quantized", "compile", "jit")
+    # tensor kinds: a host test (not instantiated per device type) builds them on the CPU, where they exist; the
+    # feature word may also come from its name alone (``test_sparse_only_works_on_2d_inputs`` is about the dense
+    # initializer ``nn.init.sparse_``)
+    TENSOR_KINDS = ("sparse", "quantized")
 
     def decide(self, test: InventoryTest, ctx: RuleContext) -> RuleDecision | None:
         for feat in self.CHECKED:
+            if feat in self.TENSOR_KINDS and not test.per_device:
+                continue
             if feat in test.features and not ctx.caps.feature(feat):
                 scope = f"{_cls_prefix(test)}{re.escape(test.template)}_.*" if test.template and test.device else None
                 if feat == "jit" and ctx.caps.feature("jit_script"):

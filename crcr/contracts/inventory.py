@@ -45,6 +45,13 @@ class InventoryTest(BaseModel):
     duration_s: float | None = Field(None, description="measured or estimated duration")
 
     @property
+    def per_device(self) -> bool:
+        """Whether the test is an instance of a class instantiated per device type: its method name carries the
+        device (``TestFooPRIVATEUSE1::test_x_snpu_float32``). A plain ``TestCase``'s test, collected for the device
+        all the same (``TestFoo::test_x``), builds its tensors on the CPU unless its body names the backend."""
+        return bool(self.device) and re.search(rf"_{re.escape(self.device)}(_|$)", self.method) is not None
+
+    @property
     def relative_id(self) -> str:
         """The id inside its file (``Class::method``), as plan entries use it."""
         return self.id.split("::", 1)[1] if "::" in self.id else self.id

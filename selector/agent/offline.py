@@ -956,7 +956,7 @@ class OfflineAgent:
                 continue
             tools.calls.append(f"read_test_source({test.id})")
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
-            if test.device is None and not names_the_device(fn, tools.caps.device):
+            if not test.per_device and not names_the_device(fn, tools.caps.device):
                 answers[test.id] = AgentAnswer(
                     id=test.id,
                     mode="run",

@@ -232,19 +232,22 @@ class Tools:
             if cls.endswith(suffix) and len(cls) > len(suffix):
                 cls = cls[: -len(suffix)]
                 break
-        method = test.template or re.sub(r"_\w+$", "", test.method)
+        # a collected test named as its method (a plain TestCase's: no template) is found by that name; only an
+        # entry without a template whose name is not a method falls back to its name less a device/dtype suffix
+        methods = [test.template] if test.template else [test.method, re.sub(r"_\w+$", "", test.method)]
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
-        todo = [cls]
-        seen: set[str] = set()
-        while todo:
-            name = todo.pop(0)
-            if name in seen or name not in classes:
-                continue
-            seen.add(name)
-            for node in classes[name].body:
-                if isinstance(node, ast.FunctionDef) and node.name == method:
-                    return node, ast.get_source_segment(text, node) or ""
-            todo += [b.id for b in classes[name].bases if isinstance(b, ast.Name)]
+        for method in methods:
+            todo = [cls]
+            seen: set[str] = set()
+            while todo:
+                name = todo.pop(0)
+                if name in seen or name not in classes:
+                    continue
+                seen.add(name)
+                for node in classes[name].body:
+                    if isinstance(node, ast.FunctionDef) and node.name == method:
+                        return node, ast.get_source_segment(text, node) or ""
+                todo += [b.id for b in classes[name].bases if isinstance(b, ast.Name)]
         return None
 
     def _tree(self, path: str) -> tuple[ast.Module, str] | None:
