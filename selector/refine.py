@@ -31,6 +31,7 @@ from typing import Any
 from crcr.contracts.plan import Decision, Plan, plan_path_for, split_test_id
 from crcr.contracts.results import RunResults, TestResult
 from crcr.fileio import atomic_write_text
+from selector.plaintext import plain
 from selector.planfiles import merge_plan_text, write_plan_file
 
 # Errors that say the backend lacks the operation or the dtype (snpu: SnpuUnsupportedOpError is a
@@ -136,7 +137,7 @@ def refine_entries(plan: Plan, obs: dict[str, list[Observation]], report: Refine
             mode = "skip" if unsupported else "xfail"
             why = "the backend lacks the operation" if unsupported else "it fails on the backend"
             entry = {"id": rel, "mode": mode, "source": "logs",
-                     "reason": f"[logs:failure] {why}: {failing.error or 'failure'} in run {failing.run}",
+                     "reason": f"[logs:failure] {why}: {plain(failing.error or 'failure')} in run {failing.run}",
                      "evidence": _evidence(failing)}
         elif decision.mode == "skip" and all(o.outcome in PASSED for o in items):
             # Only a run with the plan not applied executes a skipped test; if it passed every

@@ -21,6 +21,7 @@ from typing import ClassVar
 from crcr.contracts.inventory import InventoryTest
 from selector.capabilities import Capabilities
 from selector.disabled import DisabledTests
+from selector.plaintext import plain
 
 RULES_VERSION = "8"
 
@@ -370,8 +371,8 @@ class TemplateProbe(Rule):
         if error is None:
             return self._d("run", f"{what} passed on {ctx.caps.device} at the test's dtype", scope)
         mode = "skip" if _REFUSAL.search(error) else "xfail"
-        return self._d(mode, f"{what} failed on {ctx.caps.device}{at}: {error[:200]}",
-                       evidence={"probe": k, "error": error[:300]})
+        return self._d(mode, f"{what} failed on {ctx.caps.device}{at}: {plain(error)[:200]}",
+                       evidence={"probe": k, "error": plain(error)[:300]})
 
 
 class OpSupport(Rule):

@@ -20,6 +20,7 @@ from selector.agent.base import MAX_REASON_CHARS, AgentAnswer, Usage
 from selector.agent.tools import Tools
 from selector.capabilities import Capabilities
 from selector.fingerprint import digest
+from selector.plaintext import plain
 
 # Calls that build inputs or inspect results, not operators under test.
 NEUTRAL = frozenset(
@@ -777,6 +778,8 @@ def refused(caps: Capabilities, dtype: str) -> bool:
 
 
 def _clip(text: str) -> str:
+    """A reason from ``text``, which may quote a test's error: plain, and no longer than a reason may be."""
+    text = plain(text)
     return text if len(text) <= MAX_REASON_CHARS else text[: MAX_REASON_CHARS - 3] + "..."
 
 
@@ -857,7 +860,7 @@ def trace_answer(
         ), ""
     if outcome != "passed":
         why = (_SHADOW_LOST if shadow else _TRACE_LOST).get(outcome, outcome)
-        detail = trace.error[:80]
+        detail = plain(trace.error)[:80]
         why += f": {detail}" if detail and outcome in ("lost", "crashed") else ""
         return None, f"no device-shadow trace ({why})" if shadow else f"no CPU trace ({why})"
     caps = tools.caps

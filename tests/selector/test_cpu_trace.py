@@ -251,3 +251,27 @@ def test_a_row_limit_is_read_per_kernel(traced):
     """The capability file's ``limits.row_limits`` names each whole-row kernel; the trace cites the key it used."""
     mode, reason = traced["test_long_softmax_row"]
     assert mode == "skip" and "limits.row_limits[aten::_softmax]" in reason, reason
+
+
+def test_a_traced_error_with_terminal_colours_does_not_stop_the_plan(tmp_path):
+    """torch's ``UnpicklingError`` colours its hints (``\\x1b[1m...\\x1b[0m``); held back round 10's six
+    ``save_load`` tests failed in the device-shadow run with it and ``crcr select plan`` died on the reason's
+    control characters, writing no plan for the file. The error now reaches the reason as plain text, and a
+    lost trace's detail too."""
+    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
+    failed = device_test(FILE, CLS, "test_host_reference", None)
+    lost = device_test(FILE, CLS, "test_helper_double", None)
+    tools = Tools(caps, {failed.id: failed, lost.id: lost}, tmp_path)
+    error = ("UnpicklingError: Weights only load failed.\n\x1b[1mWeightsUnpickler error:\x1b[0m Unsupported "
+             "global:\tGLOBAL torch.float8_e4m3fn\x07 was not an allowed global\r\n")
+    caps.attach_cpu_traces({
+        failed.id: CpuTrace(outcome="failed", kind="device-shadow", error=error),
+        lost.id: CpuTrace(outcome="crashed", kind="device-shadow", error=error),
+    })
+    decided = classify_tests([failed, lost], RuleContext(caps), OfflineAgent(), tools)
+    reason = decided[failed.id].reason
+    assert decided[failed.id].mode == "xfail"
+    assert "WeightsUnpickler error: Unsupported global: GLOBAL torch.float8_e4m3fn was not an allowed" in reason
+    assert not any(ord(c) < 32 or ord(c) == 127 for c in reason), repr(reason)
+    assert "Weights only load failed" in decided[lost.id].reason
+    assert not any(ord(c) < 32 for c in decided[lost.id].reason), repr(decided[lost.id].reason)
