@@ -84,7 +84,11 @@ def _untraced_said(reason: str, test: InventoryTest, ctx: RuleContext) -> str:
     """The reason, saying why the test has no CPU trace where one was wanted but not run (the trace budget was
     spent): a rule (the template probe of a generic OpInfo test) or the Claude agent decided it without one. The
     offline agent's reason says so already ("no CPU trace (...)")."""
-    why = ctx.caps.untraced.get(test.id)
+    return _noted(reason, ctx.caps.untraced.get(test.id))
+
+
+def _noted(reason: str, why: str | None) -> str:
+    """``reason`` with ``why`` in brackets after it, unless it has none or says it already."""
     return reason if why is None or why in reason else f"{reason} ({why})"
 
 
@@ -103,8 +107,7 @@ def _unprobed_said(reason: str, test: InventoryTest, ctx: RuleContext, rule: str
         return reason
     reads = ctx.caps.template_reads.get(reads_key(test))
     keys = [probe_key(*req), *([probe_key("attrs", req[1], reads)] if reads else [])]
-    why = next((ctx.caps.unprobed[k] for k in keys if k in ctx.caps.unprobed), None)
-    return reason if why is None or why in reason else f"{reason} ({why})"
+    return _noted(reason, next((ctx.caps.unprobed[k] for k in keys if k in ctx.caps.unprobed), None))
 
 
 def _said(reason: str, test: InventoryTest, ctx: RuleContext, rule: str | None) -> str:

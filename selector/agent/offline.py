@@ -959,20 +959,12 @@ class OfflineAgent:
                 continue
             tools.calls.append(f"read_test_source({test.id})")
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
-            if not test.per_device and not names_the_device(fn, tools.caps.device):
-                answers[test.id] = AgentAnswer(
-                    id=test.id,
-                    mode="run",
-                    confidence="medium",
-                    reason=f"[agent:offline] read {src_ref}: its class is not instantiated per device type and "
-                    f"its body names no {tools.caps.device} device, so what it builds stays on the CPU and "
-                    f"{tools.caps.device} runs none of it",
-                )
-                continue
             if test.op:
                 tools.read_opinfo(test.op)
             calls = sorted(set(torch_calls(fn, test.dtype, test.device)) | set(indirect_calls(fn, test)))
-            on_host = device_reaches(fn, test.dtype, test.device) is False
+            # a plain TestCase's test (not instantiated per device type) or a device argument that reaches nothing
+            host_test = not test.per_device and not names_the_device(fn, tools.caps.device)
+            on_host = host_test or device_reaches(fn, test.dtype, test.device) is False
             missing = [
                 c for c in calls if c == "torch.cuda" or not (tools.supports(c) or self._decomposes(c, tools))
             ]
@@ -994,9 +986,15 @@ class OfflineAgent:
                     id=test.id,
                     mode="run",
                     confidence="medium",
-                    reason=f"[agent:offline] read {src_ref}: its device argument reaches nothing it builds (read "
-                    "only in device-type conditions, or rebound), so its tensors and storages are on the CPU "
-                    f"or another explicit device and {tools.caps.device} runs none of it",
+                    reason=f"[agent:offline] read {src_ref}: "
+                    + (
+                        "its class is not instantiated per device type and its body names no "
+                        f"{tools.caps.device} device, so what it builds stays on the CPU"
+                        if host_test
+                        else "its device argument reaches nothing it builds (read only in device-type conditions, "
+                        "or rebound), so its tensors and storages are on the CPU or another explicit device"
+                    )
+                    + f" and {tools.caps.device} runs none of it",
                 )
             elif storages and not missing:
                 answers[test.id] = AgentAnswer(
