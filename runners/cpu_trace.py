@@ -363,23 +363,48 @@ def _import(root: Path, file: str) -> Any:
     return import_test_file(root, file)
 
 
-def import_test_file(root: Path, file: str) -> Any:
-    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable)."""
+def conftests(root: Path, file: str) -> list[Path]:
+    """The ``conftest.py`` files pytest runs before it imports ``file`` of the checkout ``root``: one per folder from
+    the checkout's root down to the file's own, outermost first."""
+    root = root.resolve()
+    folder = (root / file).resolve().parent
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:  # a file outside the checkout: pytest would not reach it from the root either
+        return []
+    folders = [root, *(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))]
+    return [f / "conftest.py" for f in folders if (f / "conftest.py").is_file()]
+
+
+def _load_module(name: str, path: Path) -> Any:
     import importlib.util
 
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path.name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def import_test_file(root: Path, file: str) -> Any:
+    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable),
+    after the checkout's ``conftest.py`` files, as pytest does when ``crcr run`` and the inventory collect it: what
+    a conftest patches (a backend's or an old file's missing names) is patched for the trace too."""
     path = (root / file).resolve()
     for p in (str(path.parent), str(root / "test"), str(root)):
         if p not in sys.path:
             sys.path.insert(0, p)
     sys.argv = [str(path)]  # common_utils parses the command line when imported
-    name = f"crcr_traced_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    for conftest in conftests(root, file):
+        try:
+            _load_module("conftest", conftest)  # pytest's name for a conftest outside a package; the deepest stays
+        except Exception as exc:
+            rel = conftest.relative_to(root.resolve()).as_posix()
+            raise ImportError(f"{rel} (run before {file}, as pytest does) raised {type(exc).__name__}: "
+                              f"{_first_line(str(exc))}") from exc
+    return _load_module(f"crcr_traced_{path.stem}", path)
 
 
 def import_or_report(load: Any, emit: Any) -> Any:

@@ -476,6 +476,8 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     import importlib
 
     import runners
+    from runners.cpu_trace import conftests
+    from selector.plaintext import plain
 
     runner, what, _ = TRACE_KINDS[kind]
     code_digest = importlib.import_module(runner).code_digest
@@ -485,7 +487,10 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)}
     caches: dict[str, tuple[Path, dict[str, CpuTrace]]] = {}
     for file in sorted({t.file for t in wanted}):
-        key = hashlib.sha256(f"{hashlib.sha256((root / file).read_bytes()).hexdigest()}:{version('torch')}:"
+        source = hashlib.sha256((root / file).read_bytes())
+        for conftest in conftests(root, file):  # what they patch is part of what the test does
+            source.update(conftest.read_bytes())
+        key = hashlib.sha256(f"{source.hexdigest()}:{version('torch')}:"
                              f"{code_digest()}{'' if kind == 'cpu' else ':' + kind}".encode()).hexdigest()[:16]
         path = data_dir / "selector" / f"cpu-trace-{key}.json"
         caches[file] = (path, _load_trace_cache(path))
@@ -501,6 +506,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         return "" if deadline is None else f", {max(0.0, deadline - _clock()):.0f} s of the {budget_s:g} s budget left"
 
     ran = 0
+    lost_files: dict[str, str] = {}
     chunks = list(enumerate(_trace_chunks(missing)))
     if missing:
         typer.echo(f"cpu trace: 0/{len(missing)} {what} traced ({reused} from cache){left()} ...", err=True)
@@ -520,9 +526,12 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                 path, cached = caches[file]
                 got = fut.result()
                 cached.update(got)
+                if got and all(rec.outcome == "lost" for rec in got.values()):
+                    lost_files.setdefault(file, next(iter(got.values())).error or "no output")
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
-                                           sort_keys=True), encoding="utf-8")  # after every chunk
+                keep = {k: v.model_dump(exclude_none=True) for k, v in cached.items() if v.outcome != "lost"}
+                path.write_text(json.dumps(keep, sort_keys=True), encoding="utf-8")  # after every chunk; a lost
+                # trace (the file did not import, the child died at once) is tried again by the next plan
                 ran += len(got)
                 typer.echo(f"cpu trace: {ran}/{len(missing)} {what} traced ({file}){left()} ...", err=True)
     traces = {t.id: caches[t.file][1][t.id] for t in wanted if t.id in caches[t.file][1]}
@@ -535,6 +544,11 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                f"template; {reused} from cache, {ran} run in {seconds:.0f}s)"
                + (f", {len(untraced)} decided without a trace: budget {budget_s:g} s spent" if untraced else "")
                + "; outcomes " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
+    for file, error in sorted(lost_files.items()):
+        typer.echo(f"warning: cpu trace: {file} did not load in the trace child ({plain(error)}); its tests are "
+                   "planned from the static reading. The inventory collected it with pytest, so compare that "
+                   "environment with the trace's (PYTHONPATH, the checkout's conftest.py files, installed packages)",
+                   err=True)
     if untraced and not traces:
         typer.echo(f"warning: cpu trace: the budget of {budget_s:g} s was spent before any test was traced: all "
                    f"{len(wanted)} are planned from the static reading (raise --trace-budget, 0 for none, or plan "
