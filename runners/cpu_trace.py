@@ -376,35 +376,66 @@ def conftests(root: Path, file: str) -> list[Path]:
     return [f / "conftest.py" for f in folders if (f / "conftest.py").is_file()]
 
 
-def _load_module(name: str, path: Path) -> Any:
-    import importlib.util
+class _ModuleCatcher:
+    """A pytest plugin that keeps the module object pytest imports for ``path`` and collects no test of it: the
+    trace runs its tests itself, and making items for a large file would cost more than importing it."""
 
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.module: Any = None
+        self.errors: list[str] = []
+
+    def pytest_pycollect_makeitem(self, collector: Any, name: str, obj: Any) -> list[Any]:
+        import pytest
+
+        if isinstance(collector, pytest.Module) and Path(collector.path).resolve() == self.path:
+            self.module = collector.obj
+        return []
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.errors.append(str(report.longreprtext))
+
+
+def _pytest_error(text: str) -> str:
+    """The line of pytest's error report that says what went wrong (its last ``E   ...`` line), else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (said or lines or ["no error text"])[-1]
 
 
 def import_test_file(root: Path, file: str) -> Any:
-    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable),
-    after the checkout's ``conftest.py`` files, as pytest does when ``crcr run`` and the inventory collect it: what
-    a conftest patches (a backend's or an old file's missing names) is patched for the trace too."""
+    """Import an upstream test file of the checkout ``root`` through pytest, with the options ``crcr run`` and the
+    inventory use (:func:`runners.pytest_session.session_args`): the checkout's ``conftest.py`` files run as they do
+    there, module code and hooks (``pytest_configure``, ``pytest_sessionstart``), so what they patch (names an old
+    file imports, a backend's setup) is patched for the trace too. No test is collected: the caller runs them."""
+    import io
+    import tempfile
+
+    import pytest
+
+    from runners.pytest_session import session_args
+
     path = (root / file).resolve()
     for p in (str(path.parent), str(root / "test"), str(root)):
         if p not in sys.path:
             sys.path.insert(0, p)
     sys.argv = [str(path)]  # common_utils parses the command line when imported
-    for conftest in conftests(root, file):
-        try:
-            _load_module("conftest", conftest)  # pytest's name for a conftest outside a package; the deepest stays
-        except Exception as exc:
-            rel = conftest.relative_to(root.resolve()).as_posix()
-            raise ImportError(f"{rel} (run before {file}, as pytest does) raised {type(exc).__name__}: "
-                              f"{_first_line(str(exc))}") from exc
-    return _load_module(f"crcr_traced_{path.stem}", path)
+    catcher = _ModuleCatcher(path)
+    said = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="crcr-trace-session-") as tmp, contextlib.redirect_stdout(said), \
+            contextlib.redirect_stderr(said):
+        pytest.main([*session_args(root, Path(tmp), embedded=False), "-qq", "--collect-only", str(path)],
+                    plugins=[catcher])
+    if catcher.module is None:
+        text = "\n".join(catcher.errors) or said.getvalue()
+        found, where = re.search(r"while loading conftest '([^']+)'", text), file
+        if found:
+            conftest = Path(found.group(1)).resolve()
+            inside = conftest.is_relative_to(root.resolve())
+            where = conftest.relative_to(root.resolve()).as_posix() if inside else conftest.name
+        raise ImportError(f"pytest could not load {where} (as crcr run loads {file}): {_pytest_error(text)}")
+    return catcher.module
 
 
 def import_or_report(load: Any, emit: Any) -> Any:

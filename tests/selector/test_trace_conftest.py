@@ -1,4 +1,5 @@
-"""The trace loads a test file the way pytest does: the checkout's ``conftest.py`` files run first.
+"""The trace loads a test file through pytest, as the run does: the checkout's ``conftest.py`` files and their hooks
+run first.
 
 Held back round 11: ``crcr select inventory`` and ``crcr run`` collect through pytest, which runs the checkout's
 ``test/conftest.py`` (there a shim restoring names old test files import); the trace child imported the file
@@ -44,11 +45,13 @@ import torch.testing._internal.common_device_type as common_device_type
 common_device_type.CRCR_OUTER_RAN = True
 '''
 
+# a hook, as a shim must be when it imports torch's test harness: it runs after crcr's plugin set the device up
 INNER = '''
-import torch.testing._internal.common_device_type as common_device_type
+def pytest_sessionstart(session):
+    import torch.testing._internal.common_device_type as common_device_type
 
-assert common_device_type.CRCR_OUTER_RAN, "the outer conftest runs first"
-common_device_type.onlyOldDevices = lambda fn: fn
+    assert common_device_type.CRCR_OUTER_RAN, "the outer conftest runs first"
+    common_device_type.onlyOldDevices = lambda fn: fn
 '''
 
 
@@ -97,8 +100,8 @@ def test_a_conftest_that_raises_is_named_and_the_next_plan_tries_again(cli, tmp_
     code, err, decided = _plan(cli, tmp_path, src, "first")
     assert code == 0, err
     assert ("warning: cpu trace: test/linalg/test_old_names.py did not load in the trace child (ImportError: "
-            "test/conftest.py (run before test/linalg/test_old_names.py, as pytest does) raised RuntimeError: the "
-            "backend SDK is not set up)") in err, err
+            "pytest could not load test/conftest.py (as crcr run loads test/linalg/test_old_names.py): RuntimeError: "
+            "the backend SDK is not set up)") in err, err
     assert "static reading" in decided.reason, decided.reason
 
     (src / "test" / "sdk-ready").touch()  # the environment mended, the conftest's text unchanged
