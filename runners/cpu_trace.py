@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.cputrace import CpuTrace, TraceOp
+from runners.testfn import fast_test_fn_lookup
 
 TRACE_SECONDS = int(os.environ.get("CRCR_TRACE_SECONDS") or 30)  # per test
 
@@ -418,7 +419,14 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
 
 def run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     """For each ``[id, cls, method, device]``: ``find`` the class and method to run (or why there is none), ``run``
-    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``."""
+    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``. Upstream's running-test
+    lookup runs without its stack walk meanwhile (``runners.testfn``; the file is imported by now, so
+    ``torch.testing._internal`` is imported as the file's own import order has it)."""
+    with fast_test_fn_lookup():
+        _run_traces(tests, emit, find, run, kind)
+
+
+def _run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
         start = time.perf_counter()

@@ -437,47 +437,6 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _Timeout(f"the probe ran longer than {PROBE_SECONDS} s")
 
 
-def _test_fn_from_frames() -> Callable[..., Any] | None:
-    """``torch.testing._internal.common_utils.extract_test_fn`` without ``inspect.stack()``: the same walk over the
-    caller's frames for a ``unittest.TestCase`` ``self`` whose id names a test method of its class, and that
-    method's function (None when there is none, as in a probe child). ``inspect.stack()`` reads every frame's
-    source and scans ``sys.modules`` for each frame's module; every ``sample_inputs`` call asks twice (its
-    ``TrackedInputIter`` seeds the samples by the test's name), which made ~85% of a probe's time (cProfile of
-    455 fixture-tree probes: 336 of 386 s)."""
-    import unittest
-
-    try:
-        frame = sys._getframe(1)
-        while frame is not None:
-            self_val = frame.f_locals.get("self")
-            if isinstance(self_val, unittest.TestCase):
-                *_, cls_name, test_name = self_val.id().rsplit(".", 2)
-                if cls_name == type(self_val).__name__ and test_name.startswith("test"):
-                    return getattr(self_val, test_name).__func__  # type: ignore[no-any-return]
-            frame = frame.f_back  # type: ignore[assignment]
-    except Exception:  # as upstream's: a frame that cannot be read means no test function  # noqa: S110
-        pass
-    return None
-
-
-@contextlib.contextmanager
-def _fast_test_fn_lookup() -> Iterator[None]:
-    """Upstream's sample iterators find the running test through :func:`_test_fn_from_frames` meanwhile (OpInfo's
-    ``opinfo.core`` imported the function by name: both names are replaced)."""
-    from torch.testing._internal import common_utils
-    from torch.testing._internal.opinfo import core
-
-    modules = [m for m in (common_utils, core) if hasattr(m, "extract_test_fn")]
-    old = [m.extract_test_fn for m in modules]
-    for m in modules:
-        m.extract_test_fn = _test_fn_from_frames
-    try:
-        yield
-    finally:
-        for m, fn in zip(modules, old, strict=True):
-            m.extract_test_fn = fn
-
-
 def device_key() -> str:
     """torch's version and every snpu source file but this one (whose families have their own digests) and
     the testing hook (how upstream test classes find the device, not what the device does)."""
@@ -518,6 +477,7 @@ def run_probes(
 
     from runners.snpu import install
     from runners.snpu.opinfo_sweep import _no_fallback
+    from runners.testfn import fast_test_fn_lookup
 
     if device != "cpu":
         install()
@@ -526,7 +486,7 @@ def run_probes(
     use_alarm = hasattr(signal, "SIGALRM")
     if use_alarm:
         signal.signal(signal.SIGALRM, _alarm)
-    with _no_fallback(), _fast_test_fn_lookup(), warnings.catch_warnings():
+    with _no_fallback(), fast_test_fn_lookup(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for family, name, dname in requests:
             k = key(family, name, dname)
