@@ -9,9 +9,10 @@ the first few samples (``SAMPLE_LIMIT``) of one entry (``op_db`` or ``python_ref
 inventory needs and plans from the answers (``selector.rules.TemplateProbe``).
 
 Run in a child process (a probe may crash or hang): ``python -m runners.snpu.template_probe IN OUT``
-with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets one JSON line
-``{"key": "family|op|dtype", "answer": null | "error"}`` per probe as it ends, so a child stopped early (the
-plan's probe budget, a crash) leaves the answers it finished.
+with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets a JSON line
+``{"start": "family|op|dtype"}`` as each probe starts and ``{"key": "family|op|dtype", "answer": null | "error"}``
+as it ends, so a child stopped early (the plan's probe budget, a crash) leaves the answers it finished, and a
+child that died names the probe it died on.
 """
 
 from __future__ import annotations
@@ -470,9 +471,10 @@ def run_probes(
     device: str = "snpu",
     progress: Callable[[int], None] | None = None,
     answered: Callable[[str, str | None], None] | None = None,
+    started: Callable[[str], None] | None = None,
 ) -> dict[str, str | None]:
-    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed. ``answered`` is called
-    with each answer as soon as it is known."""
+    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed. ``started`` is called with
+    each probe's key as it starts, ``answered`` with each answer as soon as it is known."""
     import torch
 
     from runners.snpu import install
@@ -499,6 +501,8 @@ def run_probes(
                     answered(k, results[k])
                 continue
             dtype = getattr(torch, dname or "float32", None)
+            if started:
+                started(k)
             if use_alarm:
                 signal.alarm(PROBE_SECONDS)
             try:
@@ -529,11 +533,16 @@ def main(argv: list[str]) -> int:
         requests = [tuple(r) for r in json.load(f)]
     with open(dst, "w", encoding="utf-8") as f:
 
-        def write(k: str, answer: str | None) -> None:
-            f.write(json.dumps({"key": k, "answer": answer}) + "\n")
+        def write(line: dict[str, Any]) -> None:
+            f.write(json.dumps(line) + "\n")
             f.flush()
 
-        run_probes(requests, device, answered=write)  # type: ignore[arg-type]
+        run_probes(
+            requests,  # type: ignore[arg-type]
+            device,
+            answered=lambda k, answer: write({"key": k, "answer": answer}),
+            started=lambda k: write({"start": k}),
+        )
     return 0
 
 

@@ -69,6 +69,9 @@ def test_a_probe_child_that_dies_mid_chunk_leaves_the_answers_it_finished(tmp_pa
     done = subprocess.run([sys.executable, "-c", child, str(src), str(dst)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
     assert done.returncode == 3, done.stderr
-    lines = [json.loads(line) for line in dst.read_text().splitlines()]
+    records = [json.loads(line) for line in dst.read_text().splitlines()]
+    lines = [r for r in records if "key" in r]
     assert [r["key"] for r in lines] == [key("attrs", "sin", "domain"), key("samples", "no_such_op", None)]
     assert lines[0]["answer"] is None and lines[1]["answer"].startswith("Unknown")
+    # each probe that ran said so as it started: the last start without an answer is the probe the child died on
+    assert [r["start"] for r in records if "start" in r] == [key("attrs", "sin", "domain"), key("grad", "add", None)]
