@@ -11,6 +11,10 @@ measurements, each arm alternating with the other (``--rounds`` times), the rati
 - ``tests/runners/snpu/test_snpu_opinfo.py -k EXPR`` under pytest in a child (its user+system CPU), whose ``@ops``
   wrapper asks for the running test once per test.
 
+- a CPU-trace child (``runners.cpu_trace``, as ``crcr select plan --trace-with cpu`` runs it) over the
+  ``test_samples`` twins of the first ``--trace-ops`` op_db entries at float32 in a one-file checkout this script
+  writes (an ``@ops`` template whose body runs the op on each of ``op.sample_inputs``), its user+system CPU.
+
 "upstream" replaces ``runners.testfn.fast_test_fn_lookup`` by a context that changes nothing.
 """
 
@@ -72,22 +76,90 @@ def _pytest_cpu(expr: str, upstream: bool, plugin_dir: str) -> tuple[float, str]
     return cpu, (done.stdout.strip().splitlines() or ["no output"])[-1]
 
 
+SAMPLES_FILE = """
+from torch.testing._internal.common_device_type import instantiate_device_type_tests, ops
+from torch.testing._internal.common_methods_invocations import op_db
+from torch.testing._internal.common_utils import TestCase
+
+
+class TestSamples(TestCase):
+    @ops(op_db)
+    def test_samples(self, device, dtype, op):
+        for sample in op.sample_inputs(device, dtype):
+            op(sample.input, *sample.args, **sample.kwargs)
+
+
+instantiate_device_type_tests(TestSamples, globals())
+"""
+
+TRACE_CHILD = (
+    "import contextlib, sys\n"
+    "import runners.testfn\n"
+    "if sys.argv[3] == 'upstream':\n"
+    "    runners.testfn.fast_test_fn_lookup = contextlib.nullcontext\n"
+    "import runners.cpu_trace\n"
+    "sys.exit(runners.cpu_trace.main(sys.argv[:3]))\n"
+)
+
+
+def _trace_cpu(tests: list[list[str]], upstream: bool, tmp: str) -> tuple[float, str]:
+    import json
+
+    src, dst = Path(tmp, "in.json"), Path(tmp, "out.jsonl")
+    dst.unlink(missing_ok=True)
+    root = Path(tmp, "checkout")
+    (root / "test").mkdir(parents=True, exist_ok=True)
+    (root / "test" / "test_samples.py").write_text(SAMPLES_FILE, encoding="utf-8")
+    src.write_text(json.dumps({"root": str(root), "file": "test/test_samples.py", "tests": tests}))
+    arm = "upstream" if upstream else "crcr"
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-c", TRACE_CHILD, str(src), str(dst), arm],
+        cwd=ROOT,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    outcomes: dict[str, int] = {}
+    for line in dst.read_text().splitlines() if dst.is_file() else []:
+        rec = json.loads(line)
+        if "outcome" in rec:
+            outcomes[rec["outcome"]] = outcomes.get(rec["outcome"], 0) + 1
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return cpu, ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ops", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("-k", default="add or mul or sum or sin or cos")
+    parser.add_argument("--trace-ops", type=int, default=40)
     args = parser.parse_args()
     import runners.snpu
 
     runners.snpu.install()
+    import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
     ops = list(op_db)[: args.ops]
+    traced = [op for op in op_db if torch.float32 in op.supported_dtypes("cpu")][: args.trace_ops]
+    cls = "TestSamplesPRIVATEUSE1"
+    tests = [
+        [
+            f"test/test_samples.py::{cls}::test_samples_{op.formatted_name}_snpu_float32",
+            cls,
+            f"test_samples_{op.formatted_name}_snpu_float32",
+            "snpu",
+        ]
+        for op in traced
+    ]
     _sweep_cpu(ops[:5], upstream=False)  # imports and first-call costs out of the measurement
     times: dict[str, dict[str, list[float]]] = {
         "sweep": {"upstream": [], "crcr": []},
         "pytest": {"upstream": [], "crcr": []},
+        "trace": {"upstream": [], "crcr": []},
     }
     with tempfile.TemporaryDirectory() as plugin_dir:
         Path(plugin_dir, "crcr_upstream_lookup.py").write_text(PLUGIN, encoding="utf-8")
@@ -97,9 +169,13 @@ def main() -> None:
                 cpu, summary = _pytest_cpu(args.k, arm == "upstream", plugin_dir)
                 times["pytest"][arm].append(cpu)
                 print(f"{arm}: pytest -k {args.k!r}: {cpu:.2f} s CPU ({summary})", flush=True)
+                cpu, summary = _trace_cpu(tests, arm == "upstream", plugin_dir)
+                times["trace"][arm].append(cpu)
+                print(f"{arm}: cpu_trace child, {len(tests)} twins: {cpu:.2f} s CPU ({summary})", flush=True)
     for what, label in (
         ("sweep", f"sweep of {len(ops)} op_db entries x 3 dtypes, 3 samples"),
         ("pytest", f"test_snpu_opinfo.py -k {args.k!r} under pytest"),
+        ("trace", f"cpu_trace child over {len(tests)} test_samples twins"),
     ):
         up, fast = min(times[what]["upstream"]), min(times[what]["crcr"])
         print(
