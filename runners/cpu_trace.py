@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.cputrace import CpuTrace, TraceOp
+from crcr.contracts.inventory import generic_class
+from runners.testfn import fast_test_fn_lookup
 
 TRACE_SECONDS = int(os.environ.get("CRCR_TRACE_SECONDS") or 30)  # per test
 
@@ -68,11 +70,11 @@ def twin(method: str, device: str) -> str | None:
     return method[:at] + "_cpu" + method[at + len(marker) :]
 
 
-def twin_class(cls: str) -> str | None:
-    for suffix in ("PRIVATEUSE1", "CUDA", "XPU", "MPS"):
-        if cls.endswith(suffix) and len(cls) > len(suffix):
-            return cls[: -len(suffix)] + "CPU"
-    return None
+def twin_class(cls: str, device: str | None = None) -> str | None:
+    """``TestFooPRIVATEUSE1`` (or ``TestFooSNPU``, as a file's later classes are named for ``device`` snpu) ->
+    ``TestFooCPU``; None for a class that is not device-instantiated."""
+    base = generic_class(cls, device)
+    return None if base is None or cls.endswith("CPU") else base + "CPU"
 
 
 class OpLog:
@@ -457,7 +459,7 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
         return
 
     def find(cls_name: str, method: str, device: str) -> tuple[Any, str | None, str]:
-        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
+        cpu_cls, cpu_method = twin_class(cls_name, device), twin(method, device)
         cls = getattr(module, cpu_cls, None) if cpu_cls else None
         return cls, cpu_method, f"no CPU test {cpu_cls}.{cpu_method}"
 
@@ -474,7 +476,14 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
 
 def run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     """For each ``[id, cls, method, device]``: ``find`` the class and method to run (or why there is none), ``run``
-    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``."""
+    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``. Upstream's running-test
+    lookup runs without its stack walk meanwhile (``runners.testfn``; the file is imported by now, so
+    ``torch.testing._internal`` is imported as the file's own import order has it)."""
+    with fast_test_fn_lookup():
+        _run_traces(tests, emit, find, run, kind)
+
+
+def _run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
         start = time.perf_counter()
