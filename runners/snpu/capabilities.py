@@ -73,6 +73,16 @@ def registered_ops() -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in sorted(out.items())}
 
 
+def routed_out_overloads() -> dict[str, str]:
+    """``out=`` overloads snpu runs through the kernel of their functional overload (``aten::pow.Scalar_out`` ->
+    ``aten::pow.Scalar``); any other ``out=`` overload is refused, even where the op has a kernel."""
+    from runners.snpu import install
+    from runners.snpu.dispatch import KERNELS, out_routes
+
+    install()
+    return out_routes(set(KERNELS))
+
+
 def executions() -> dict[str, list[str]]:
     """aten ops by how they run: ``tiled`` (a tile plan, checked by the tiling proof),
     ``whole`` (one whole-tensor operation on device memory) or ``view`` (no data moves)."""
@@ -218,6 +228,7 @@ def build(sweep_data: dict[str, Any] | None = None) -> dict[str, Any]:
         "limits": limits(),
         "aten_ops": ops,
         "aten_op_count": sum(len(v) for v in ops.values()),
+        "out_routes": routed_out_overloads(),
         # every op says how it runs: tiled ops are checked by the tiling proof; whole-tensor
         # ops run untiled on device memory and are costed as one DMA
         "execution": executions(),

@@ -143,25 +143,48 @@ _functional_of: dict[Any, Any] = {}
 
 
 def functional_overload(func: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
-    """For an ``out=`` overload, the functional overload with the same other arguments."""
+    """For an ``out=`` overload, the functional overload with the same other arguments: their names and types
+    (``pow.Scalar_out(Scalar self, Tensor exponent)`` is ``pow.Scalar``, not ``pow.Tensor_Tensor``, whose arguments
+    have the same names); by names alone only where one functional overload has them."""
     if func in _functional_of:
         return _functional_of[func]
     found = None
     schema = func._schema
-    out_names = {a.name for a in schema.arguments if a.is_out}
-    if out_names:
-        want = [a.name for a in schema.arguments if not a.is_out]
+    if any(a.is_out for a in schema.arguments):
+        want = [(a.name, str(a.type)) for a in schema.arguments if not a.is_out]
         packet = getattr(torch.ops.aten, schema.name.split("::")[1])
+        by_name = []
         for name in packet.overloads():
             cand = getattr(packet, name)
             cs = cand._schema
             if cs.is_mutable or any(a.is_out for a in cs.arguments):
                 continue
-            if [a.name for a in cs.arguments] == want:
+            have = [(a.name, str(a.type)) for a in cs.arguments]
+            if have == want:
                 found = cand
                 break
+            if [n for n, _ in have] == [n for n, _ in want]:
+                by_name.append(cand)
+        if found is None and len(by_name) == 1:
+            found = by_name[0]
     _functional_of[func] = found
     return found
+
+
+def out_routes(kernel_names: set[str]) -> dict[str, str]:
+    """Every ``out=`` overload of an op with a kernel that snpu runs through its functional overload's kernel
+    (``aten::pow.Scalar_out`` -> ``aten::pow.Scalar``); an ``out=`` overload missing here is refused."""
+    routes: dict[str, str] = {}
+    for bare in sorted({n.split(".", 1)[0] for n in kernel_names if n.startswith("aten::")}):
+        packet = getattr(torch.ops.aten, bare.split("::", 1)[1], None)
+        if packet is None:
+            continue
+        for name in packet.overloads():
+            func = getattr(packet, name)
+            if lookup(func) is None and (functional := functional_overload(func)) is not None \
+                    and lookup(functional) is not None:
+                routes[f"{bare}.{name}"] = f"{bare}.{functional._overloadname}"
+    return routes
 
 
 def fallback_mode() -> str:

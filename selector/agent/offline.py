@@ -851,12 +851,30 @@ def composite_kernel(op: str) -> bool:
         return False
 
 
+def out_overload(op: str) -> bool:
+    """Whether ``aten::name.overload`` writes into ``out=`` tensors (from torch's schema; by its overload's name
+    where torch does not know it)."""
+    name, _, overload = op.split("::", 1)[-1].partition(".")
+    try:
+        import torch
+
+        return any(a.is_out for a in getattr(getattr(torch.ops.aten, name), overload or "default")._schema.arguments)
+    except Exception:
+        return "out" in overload.lower()
+
+
 def trace_kernel(op: str, caps: Capabilities) -> bool:
     """Whether an aten overload a CPU trace recorded (``aten::add.Tensor``) runs on the backend: the capability
-    file lists the op (by its bare name, as :meth:`Capabilities.aten_names` reads it) or torch runs it as a
-    composite of other ops on every backend."""
+    file lists the overload; for an ``out=`` overload, its ``out_routes`` names it (the device runs it through the
+    functional overload's kernel; ``aten::full.out`` is refused although ``full`` has a kernel); else the file lists
+    the op by its bare name (as :meth:`Capabilities.aten_names` reads it) or torch runs it as a composite of other
+    ops on every backend."""
+    if op in caps.aten_ops:
+        return True
+    if caps.out_routes is not None and out_overload(op):
+        return op in caps.out_routes
     bare = op.split("::", 1)[-1].split(".", 1)[0]
-    return op in caps.aten_ops or bare in caps.aten_names() or composite_kernel(op)
+    return bare in caps.aten_names() or composite_kernel(op)
 
 
 _TRACE_LOST = {

@@ -275,3 +275,44 @@ def test_a_traced_error_with_terminal_colours_does_not_stop_the_plan(tmp_path):
     assert not any(ord(c) < 32 or ord(c) == 127 for c in reason), repr(reason)
     assert "Weights only load failed" in decided[lost.id].reason
     assert not any(ord(c) < 32 for c in decided[lost.id].reason), repr(decided[lost.id].reason)
+
+
+def _out_overload_plans(caps, tmp_path):
+    full = device_test(FILE, CLS, "test_host_reference", None)
+    power = device_test(FILE, CLS, "test_helper_double", None)
+    tools = Tools(caps, {full.id: full, power.id: power}, tmp_path)
+    caps.attach_cpu_traces({
+        full.id: CpuTrace(outcome="passed", kind="device-shadow", ops=[TraceOp(op="aten::full.out", dtypes=["float32"])]),
+        power.id: CpuTrace(outcome="passed", kind="device-shadow",
+                           ops=[TraceOp(op="aten::pow.Scalar_out", dtypes=["float32"])]),
+    })
+    decided = classify_tests([full, power], RuleContext(caps), OfflineAgent(), tools)
+    return decided[full.id], decided[power.id]
+
+
+def test_an_out_overload_the_device_does_not_route_has_no_kernel(tmp_path):
+    """Held back round 12: ``test_full_out`` passed its shadow run through ``aten::full.out`` and was planned
+    ``run`` because ``full`` has a kernel; snpu refuses ``full.out`` (no functional overload of its arguments). The
+    capability file's ``out_routes`` names the ``out=`` overloads the device runs."""
+    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
+    full, power = _out_overload_plans(caps, tmp_path)
+    assert full.mode == "skip" and "aten::full.out" in full.reason, full.reason
+    assert power.mode == "run", power.reason
+
+
+def test_a_capability_file_without_out_routes_reads_out_overloads_by_their_op(tmp_path):
+    import yaml
+
+    from crcr.errors import ConfigError
+
+    doc = yaml.safe_load((ROOT / "configs" / "backends" / "snpu.yaml").read_text(encoding="utf-8"))
+    del doc["out_routes"]
+    older = tmp_path / "older.yaml"
+    older.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    full, power = _out_overload_plans(load_capabilities(older), tmp_path)
+    assert (full.mode, power.mode) == ("run", "run"), (full.reason, power.reason)
+
+    doc["out_routes"] = ["aten::pow.Scalar_out"]
+    older.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(ConfigError, match="out_routes must map each routed out= overload"):
+        load_capabilities(older)

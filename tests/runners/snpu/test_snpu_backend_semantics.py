@@ -32,6 +32,39 @@ def test_out_with_an_unsafe_cast_raises_as_on_cpu() -> None:
     torch.testing.assert_close(half.cpu(), (a + a).half())
 
 
+@pytest.mark.parametrize(
+    ("call", "args"),
+    [
+        (torch.pow, (2.0, "t")),  # pow.Scalar_out: a scalar base, its arguments named as pow.Tensor_Tensor's
+        (torch.pow, ("t", 3.0)),  # pow.Tensor_Scalar_out
+        (torch.pow, ("t", "t")),  # pow.Tensor_Tensor_out
+    ],
+    ids=["scalar-base", "scalar-exponent", "tensors"],
+)
+def test_an_out_overload_runs_through_the_functional_overload_of_its_argument_types(call, args) -> None:
+    """Held back round 12: ``torch.pow(2.0, t, out=o)`` went to ``pow.Tensor_Tensor`` (the first overload whose
+    argument names match) and failed with torch's argument-type error."""
+    t = torch.tensor([1.0, 2.0, 3.0])
+    want = call(*[t if a == "t" else a for a in args])
+    out = torch.empty(3, device="snpu")
+    got = call(*[t.to("snpu") if a == "t" else a for a in args], out=out)
+    assert got is out
+    torch.testing.assert_close(out.cpu(), want)
+
+
+def test_an_out_overload_without_a_functional_kernel_is_refused_as_unsupported() -> None:
+    """``full.out`` has no functional overload of its arguments (``full`` takes dtype and device), and
+    ``bitwise_and.Scalar_out``'s (``bitwise_and.Scalar``) has no kernel: both are refused with snpu's
+    unsupported-op error, where a route by argument names called ``bitwise_and.Tensor`` with a number."""
+    from runners.snpu.errors import SnpuUnsupportedOpError
+
+    with pytest.raises(SnpuUnsupportedOpError, match=r"aten::full\.out"):
+        torch.full((2,), 1.0, out=torch.empty(2, device="snpu"))
+    ints = torch.arange(4, dtype=torch.int32, device="snpu")
+    with pytest.raises(SnpuUnsupportedOpError, match=r"aten::bitwise_and\.Scalar_out"):
+        torch.ops.aten.bitwise_and.Scalar_out(ints, 3, out=torch.empty(4, dtype=torch.int32, device="snpu"))
+
+
 def test_out_accepts_what_cpu_accepts_for_reductions() -> None:
     x = torch.tensor([-0.7, -0.9, -0.6, 2.5])  # truncating before or after the sum differs
     cpu = torch.empty((), dtype=torch.long)

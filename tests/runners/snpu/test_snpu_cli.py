@@ -96,6 +96,9 @@ def test_capabilities_rejects_unknown_opinfo_names(
 def test_committed_capability_file_matches_what_is_registered() -> None:
     doc = yaml.safe_load((ROOT / "configs" / "backends" / "snpu.yaml").read_text())
     assert doc["aten_ops"] == capabilities.registered_ops(), "stale: run `crcr snpu capabilities`"
+    assert doc["out_routes"] == capabilities.routed_out_overloads(), "stale: run `crcr snpu capabilities`"
+    assert doc["out_routes"]["aten::pow.Scalar_out"] == "aten::pow.Scalar"
+    assert "aten::full.out" not in doc["out_routes"]
     assert doc["execution"] == capabilities.executions(), "stale: run `crcr snpu capabilities`"
     assert doc["limits"]["row_limits"] == capabilities.row_limits(), "stale: run `crcr snpu capabilities`"
     assert "aten::where.self" in doc["execution"]["tiled"] and "aten::sort" in doc["execution"]["whole"]
