@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.cputrace import CpuTrace, TraceOp
+from crcr.contracts.inventory import generic_class
+from runners.testfn import fast_test_fn_lookup
 
 TRACE_SECONDS = int(os.environ.get("CRCR_TRACE_SECONDS") or 30)  # per test
 
@@ -68,11 +70,11 @@ def twin(method: str, device: str) -> str | None:
     return method[:at] + "_cpu" + method[at + len(marker) :]
 
 
-def twin_class(cls: str) -> str | None:
-    for suffix in ("PRIVATEUSE1", "CUDA", "XPU", "MPS"):
-        if cls.endswith(suffix) and len(cls) > len(suffix):
-            return cls[: -len(suffix)] + "CPU"
-    return None
+def twin_class(cls: str, device: str | None = None) -> str | None:
+    """``TestFooPRIVATEUSE1`` (or ``TestFooSNPU``, as a file's later classes are named for ``device`` snpu) ->
+    ``TestFooCPU``; None for a class that is not device-instantiated."""
+    base = generic_class(cls, device)
+    return None if base is None or cls.endswith("CPU") else base + "CPU"
 
 
 class OpLog:
@@ -363,23 +365,79 @@ def _import(root: Path, file: str) -> Any:
     return import_test_file(root, file)
 
 
+def conftests(root: Path, file: str) -> list[Path]:
+    """The ``conftest.py`` files pytest runs before it imports ``file`` of the checkout ``root``: one per folder from
+    the checkout's root down to the file's own, outermost first."""
+    root = root.resolve()
+    folder = (root / file).resolve().parent
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:  # a file outside the checkout: pytest would not reach it from the root either
+        return []
+    folders = [root, *(root.joinpath(*parts[:n]) for n in range(1, len(parts) + 1))]
+    return [f / "conftest.py" for f in folders if (f / "conftest.py").is_file()]
+
+
+class _ModuleCatcher:
+    """A pytest plugin that keeps the module object pytest imports for ``path`` and collects no test of it: the
+    trace runs its tests itself, and making items for a large file would cost more than importing it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.module: Any = None
+        self.errors: list[str] = []
+
+    def pytest_pycollect_makeitem(self, collector: Any, name: str, obj: Any) -> list[Any]:
+        import pytest
+
+        if isinstance(collector, pytest.Module) and Path(collector.path).resolve() == self.path:
+            self.module = collector.obj
+        return []
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.errors.append(str(report.longreprtext))
+
+
+def _pytest_error(text: str) -> str:
+    """The line of pytest's error report that says what went wrong (its last ``E   ...`` line), else its last line."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    said = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (said or lines or ["no error text"])[-1]
+
+
 def import_test_file(root: Path, file: str) -> Any:
-    """Import an upstream test file of the checkout ``root`` as its own module (its folder and test/ importable)."""
-    import importlib.util
+    """Import an upstream test file of the checkout ``root`` through pytest, with the options ``crcr run`` and the
+    inventory use (:func:`runners.pytest_session.session_args`): the checkout's ``conftest.py`` files run as they do
+    there, module code and hooks (``pytest_configure``, ``pytest_sessionstart``), so what they patch (names an old
+    file imports, a backend's setup) is patched for the trace too. No test is collected: the caller runs them."""
+    import io
+    import tempfile
+
+    import pytest
+
+    from runners.pytest_session import session_args
 
     path = (root / file).resolve()
     for p in (str(path.parent), str(root / "test"), str(root)):
         if p not in sys.path:
             sys.path.insert(0, p)
     sys.argv = [str(path)]  # common_utils parses the command line when imported
-    name = f"crcr_traced_{path.stem}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {file}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    catcher = _ModuleCatcher(path)
+    said = io.StringIO()
+    with tempfile.TemporaryDirectory(prefix="crcr-trace-session-") as tmp, contextlib.redirect_stdout(said), \
+            contextlib.redirect_stderr(said):
+        pytest.main([*session_args(root, Path(tmp), embedded=False), "-qq", "--collect-only", str(path)],
+                    plugins=[catcher])
+    if catcher.module is None:
+        text = "\n".join(catcher.errors) or said.getvalue()
+        found, where = re.search(r"while loading conftest '([^']+)'", text), file
+        if found:
+            conftest = Path(found.group(1)).resolve()
+            inside = conftest.is_relative_to(root.resolve())
+            where = conftest.relative_to(root.resolve()).as_posix() if inside else conftest.name
+        raise ImportError(f"pytest could not load {where} (as crcr run loads {file}): {_pytest_error(text)}")
+    return catcher.module
 
 
 def import_or_report(load: Any, emit: Any) -> Any:
@@ -401,7 +459,7 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
         return
 
     def find(cls_name: str, method: str, device: str) -> tuple[Any, str | None, str]:
-        cpu_cls, cpu_method = twin_class(cls_name), twin(method, device)
+        cpu_cls, cpu_method = twin_class(cls_name, device), twin(method, device)
         cls = getattr(module, cpu_cls, None) if cpu_cls else None
         return cls, cpu_method, f"no CPU test {cpu_cls}.{cpu_method}"
 
@@ -418,7 +476,14 @@ def trace_tests(root: Path, file: str, tests: list[list[str]], emit: Any) -> Non
 
 def run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     """For each ``[id, cls, method, device]``: ``find`` the class and method to run (or why there is none), ``run``
-    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``."""
+    it to (outcome, error, ops) and ``emit`` a start line and a ``CpuTrace`` of ``kind``. Upstream's running-test
+    lookup runs without its stack walk meanwhile (``runners.testfn``; the file is imported by now, so
+    ``torch.testing._internal`` is imported as the file's own import order has it)."""
+    with fast_test_fn_lookup():
+        _run_traces(tests, emit, find, run, kind)
+
+
+def _run_traces(tests: list[list[str]], emit: Any, find: Any, run: Any, kind: str) -> None:
     for test_id, cls_name, method, device in tests:
         emit({"start": test_id})
         start = time.perf_counter()

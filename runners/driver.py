@@ -29,6 +29,7 @@ from crcr.fileio import atomic_write_bytes, check_writable
 from runners import devices, junit, sharding
 from runners.errors import CollectionError, UnplannedError
 from runners.isolation import ChildSpec, Supervisor
+from runners.pytest_session import session_args
 from runners.runconfig import RunConfig
 from runners.selection import UNPLANNED_POLICIES
 from runners.suites import EMBEDDED_ROOT
@@ -138,16 +139,8 @@ def repro_command(prepared: Prepared, test_id: str) -> str:
 
 def _child_argv(prepared: Prepared, workdir: Path) -> list[str]:
     opts = prepared.options
-    argv = [sys.executable, "-m", "pytest", "-p", "runners.plugin", "-p", "no:faulthandler",
-            "-p", "no:cacheprovider", "--rootdir", str(prepared.root), "-rN", "-q",
-            "--continue-on-collection-errors", "-o", "console_output_style=classic"]
-    if opts.pytorch_src is None:
-        argv += ["-c", str(EMBEDDED_ROOT / "pytest.ini")]
-    else:
-        # upstream's own pytest.ini may add plugins we lack; a blank config keeps collection plain
-        blank = workdir / "pytest.ini"
-        blank.write_text("[pytest]\n", encoding="utf-8")
-        argv += ["-c", str(blank)]
+    argv = [sys.executable, "-m", "pytest", *session_args(prepared.root, workdir, opts.pytorch_src is None), "-rN",
+            "-q", "--continue-on-collection-errors", "-o", "console_output_style=classic"]
     if opts.keyword:
         argv += ["-k", opts.keyword]
     if opts.collect_only:

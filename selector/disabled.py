@@ -1,7 +1,7 @@
 """Tests upstream disables (``disabled-tests-condensed.json``), matched to inventory ids.
 
 Upstream keys look like ``"test_x_cuda (__main__.TestFooCUDA)": [issue, url, platforms]``.
-A backend's instantiation differs (``TestFooPRIVATEUSE1``, ``test_x_snpu``), so keys are
+A backend's instantiation differs (``TestFooPRIVATEUSE1`` or ``TestFooSNPU``, ``test_x_snpu``), so keys are
 matched on a device-neutral form: the class without its device suffix and the method
 with the device token replaced. Only entries that apply on Linux (no platform list, or
 one naming ``linux``) and not to another accelerator's own variant count.
@@ -14,10 +14,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from crcr.contracts.inventory import generic_class
 from crcr.errors import ConfigError
 
 _KEY = re.compile(r"^(?P<method>\S+) \((?:__main__\.)?(?P<cls>[\w.]+)\)$")
-_DEVICE_CLASS_SUFFIXES = ("PRIVATEUSE1", "CUDA", "CPU", "MPS", "XPU", "META", "LAZY", "HPU")
 _OTHER_ACCELERATORS = ("cuda", "mps", "xpu", "hpu", "lazy", "meta")
 _LINUX_OK = {"linux"}
 
@@ -30,11 +30,8 @@ class DisabledEntry:
     upstream_key: str
 
 
-def _neutral_class(cls: str) -> str:
-    for suffix in _DEVICE_CLASS_SUFFIXES:
-        if cls.endswith(suffix) and len(cls) > len(suffix):
-            return cls[: -len(suffix)]
-    return cls
+def _neutral_class(cls: str, device: str) -> str:
+    return generic_class(cls, device) or cls
 
 
 def _neutral_method(method: str, device: str) -> str:
@@ -69,13 +66,13 @@ class DisabledTests:
                 continue  # another accelerator's variant says nothing about this one
             neutral = _neutral_method(method, "cpu")
             entry = DisabledEntry(str(value[0]), str(value[1]), platforms, key)
-            self._index[(_neutral_class(cls), neutral)] = entry
-            self._index.setdefault((_neutral_class(cls), method), entry)
+            self._index[(_neutral_class(cls, self.device), neutral)] = entry
+            self._index.setdefault((_neutral_class(cls, self.device), method), entry)
 
     def lookup(self, cls: str | None, method: str) -> DisabledEntry | None:
         if cls is None:
             return None
-        ncls = _neutral_class(cls)
+        ncls = _neutral_class(cls, self.device)
         return self._index.get((ncls, _neutral_method(method, self.device))) or self._index.get((ncls, method))
 
     def __len__(self) -> int:

@@ -222,29 +222,70 @@ def _plan_inputs(backend: str, capabilities: Path | None, disabled: Path | None)
     return caps, dis
 
 
-PROBE_CHUNK = 250  # requests per child process: a crash or a timeout loses the answers of its chunk not yet given
+PROBE_CHUNK = 250  # requests per child process; a crash or a timeout costs the probe it ended on (_probe_chunk)
+PROBE_CHILD = ("-m", "runners.snpu.template_probe")  # what the probe children run (python PROBE_CHILD IN OUT)
 _clock = time.monotonic  # the probe and trace budgets' clock (a test replaces it to spend a budget chunk by chunk)
+
+
+def _probe_child(chunk: list[tuple[str, str, str | None]], env: dict[str, str], src: Path, dst: Path,
+                 deadline: float | None) -> tuple[dict[str, str | None], str | None, str]:
+    """One ``runners.snpu.template_probe`` child over ``chunk``: the answers it wrote (a JSON line per probe as it
+    ends), the probe it started and never answered (None: none), and how it ended, in plain words."""
+    import subprocess
+
+    src.write_text(json.dumps(chunk), encoding="utf-8")
+    dst.unlink(missing_ok=True)
+    limit = 120 + 10 * len(chunk)
+    if deadline is not None:
+        limit = min(limit, max(0.0, deadline - _clock()))
+    try:
+        done = subprocess.run([sys.executable, *PROBE_CHILD, str(src), str(dst)], env=env, timeout=limit,
+                              capture_output=True, check=False)
+        ended = f"exit status {done.returncode}"
+    except subprocess.TimeoutExpired:
+        ended = f"stopped after {limit:.0f} s"
+    got: dict[str, str | None] = {}
+    running = None
+    for line in dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []:
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):  # a torn last line: stopped
+            rec = json.loads(line)
+            if "start" in rec:
+                running = str(rec["start"])
+            else:
+                got[str(rec["key"])] = None if rec["answer"] is None else str(rec["answer"])
+    return got, (running if running is not None and running not in got else None), ended
 
 
 def _probe_chunk(chunk: list[tuple[str, str, str | None]], env: dict[str, str], src: Path, dst: Path,
                  deadline: float | None) -> dict[str, str | None]:
-    """Run ``chunk`` in one ``runners.snpu.template_probe`` child and return the answers it wrote (one JSON line
-    per probe as it ends). At ``deadline`` (on :data:`_clock`; the probe budget) the child is stopped and the
-    answers it finished are kept; so are those of a child that crashed or hung."""
-    import subprocess
+    """Run ``chunk`` in ``runners.snpu.template_probe`` children and return their answers. A child that ends
+    before answering every probe (a crash, or a hang its timeout ended) names the probe it died on (started, never
+    answered): the rest of the chunk, that probe first, runs again in a fresh child; a probe that takes a second
+    child down is answered ``ProbeCrash`` and the rest go on without it, so one bad probe loses only its own
+    answer. Two children in a row that die before starting any probe (the child cannot run at all) end the chunk:
+    the rest stay unanswered. At ``deadline`` (on :data:`_clock`; the probe budget) the running child is stopped
+    and the answers it finished are kept; what it did not answer is the budget's, never a crash."""
+    from selector.rules import probe_key
 
-    src.write_text(json.dumps(chunk), encoding="utf-8")
-    limit = 120 + 10 * len(chunk)
-    if deadline is not None:
-        limit = min(limit, max(0.0, deadline - _clock()))
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        subprocess.run([sys.executable, "-m", "runners.snpu.template_probe", str(src), str(dst)], env=env,
-                       timeout=limit, capture_output=True, check=False)
     got: dict[str, str | None] = {}
-    for line in dst.read_text(encoding="utf-8").splitlines() if dst.is_file() else []:
-        with contextlib.suppress(ValueError, KeyError, TypeError):  # a torn last line is a stopped child's
-            rec = json.loads(line)
-            got[str(rec["key"])] = None if rec["answer"] is None else str(rec["answer"])
+    crashes: dict[str, int] = {}
+    pending, dead = list(chunk), 0
+    while pending:
+        answers, running, ended = _probe_child(pending, env, src, dst, deadline)
+        got.update(answers)
+        if deadline is not None and _clock() >= deadline:
+            break
+        rest = [r for r in pending if probe_key(*r) not in got]
+        if not rest:
+            break
+        dead = 0 if answers or running else dead + 1
+        if dead >= 2:  # no probe to blame, twice: the child dies before its first probe
+            break
+        if running is not None:
+            crashes[running] = crashes.get(running, 0) + 1
+            if crashes[running] >= 2:
+                got[running] = f"ProbeCrash: the probe took its child process down twice ({ended})"
+        pending = [r for r in rest if probe_key(*r) not in got]  # in order: the probe it died on first
     return got
 
 
@@ -331,9 +372,10 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
     unprobed = {probe_key(*r): probe_budget_note(budget_s) for r in requests if stored(r) not in cached} \
         if stopped else {}
     failed = sum(1 for v in answers.values() if v is not None)
+    crashed = sum(1 for v in answers.values() if v is not None and v.startswith("ProbeCrash:"))
     seconds = _clock() - start
     typer.echo(f"template probes: probed {len(answers)} of {len(requests)} needed ({from_cache} from cache, {ran} run "
-               f"in {seconds:.0f}s); {failed} failed"
+               f"in {seconds:.0f}s); {failed} failed" + (f" ({crashed} took their child process down)" if crashed else "")
                + (f"; {len(unprobed)} unprobed: budget {budget_s:g} s spent, their tests planned by the other rules"
                   if unprobed else "")
                + (f"; {lost} without an answer (crash or timeout): planned by the other rules" if lost else ""),
@@ -344,7 +386,7 @@ def _attach_template_probes(inv: Any, caps: Any, dis: Any, data_dir: Path, tools
                    "plan again: each plan continues where the last stopped)", err=True)
     caps.attach_probes(answers, reads, unprobed)
     return {"wanted": len(requests), "probed": len(answers), "cached": from_cache, "run": ran,
-            "unprobed": len(unprobed), "lost": lost, "failed": failed, "budget_s": budget_s,
+            "unprobed": len(unprobed), "lost": lost, "failed": failed, "crashed": crashed, "budget_s": budget_s,
             "seconds": round(seconds, 1)}
 
 
@@ -476,6 +518,8 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     import importlib
 
     import runners
+    from runners.cpu_trace import conftests
+    from selector.plaintext import plain
 
     runner, what, _ = TRACE_KINDS[kind]
     code_digest = importlib.import_module(runner).code_digest
@@ -485,7 +529,10 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (code_root, os.environ.get("PYTHONPATH", "")) if p)}
     caches: dict[str, tuple[Path, dict[str, CpuTrace]]] = {}
     for file in sorted({t.file for t in wanted}):
-        key = hashlib.sha256(f"{hashlib.sha256((root / file).read_bytes()).hexdigest()}:{version('torch')}:"
+        source = hashlib.sha256((root / file).read_bytes())
+        for conftest in conftests(root, file):  # what they patch is part of what the test does
+            source.update(conftest.read_bytes())
+        key = hashlib.sha256(f"{source.hexdigest()}:{version('torch')}:"
                              f"{code_digest()}{'' if kind == 'cpu' else ':' + kind}".encode()).hexdigest()[:16]
         path = data_dir / "selector" / f"cpu-trace-{key}.json"
         caches[file] = (path, _load_trace_cache(path))
@@ -501,6 +548,7 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
         return "" if deadline is None else f", {max(0.0, deadline - _clock()):.0f} s of the {budget_s:g} s budget left"
 
     ran = 0
+    lost_files: dict[str, str] = {}
     chunks = list(enumerate(_trace_chunks(missing)))
     if missing:
         typer.echo(f"cpu trace: 0/{len(missing)} {what} traced ({reused} from cache){left()} ...", err=True)
@@ -520,9 +568,12 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                 path, cached = caches[file]
                 got = fut.result()
                 cached.update(got)
+                if got and all(rec.outcome == "lost" for rec in got.values()):
+                    lost_files.setdefault(file, next(iter(got.values())).error or "no output")
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps({k: v.model_dump(exclude_none=True) for k, v in cached.items()},
-                                           sort_keys=True), encoding="utf-8")  # after every chunk
+                keep = {k: v.model_dump(exclude_none=True) for k, v in cached.items() if v.outcome != "lost"}
+                path.write_text(json.dumps(keep, sort_keys=True), encoding="utf-8")  # after every chunk; a lost
+                # trace (the file did not import, the child died at once) is tried again by the next plan
                 ran += len(got)
                 typer.echo(f"cpu trace: {ran}/{len(missing)} {what} traced ({file}){left()} ...", err=True)
     traces = {t.id: caches[t.file][1][t.id] for t in wanted if t.id in caches[t.file][1]}
@@ -535,6 +586,11 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                f"template; {reused} from cache, {ran} run in {seconds:.0f}s)"
                + (f", {len(untraced)} decided without a trace: budget {budget_s:g} s spent" if untraced else "")
                + "; outcomes " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
+    for file, error in sorted(lost_files.items()):
+        typer.echo(f"warning: cpu trace: {file} did not load in the trace child ({plain(error)}); its tests are "
+                   "planned from the static reading. The inventory collected it with pytest, so compare that "
+                   "environment with the trace's (PYTHONPATH, the checkout's conftest.py files, installed packages)",
+                   err=True)
     if untraced and not traces:
         typer.echo(f"warning: cpu trace: the budget of {budget_s:g} s was spent before any test was traced: all "
                    f"{len(wanted)} are planned from the static reading (raise --trace-budget, 0 for none, or plan "

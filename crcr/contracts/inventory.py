@@ -20,6 +20,37 @@ from crcr.errors import ContractError, InputError
 
 INVENTORY_SCHEMA_VERSION = 1
 
+# class-name suffixes of upstream's in-tree device test bases (``TestFooCUDA``); an out-of-tree backend's are in
+# :func:`device_class_suffixes`
+IN_TREE_DEVICE_CLASS_SUFFIXES = ("CPU", "CUDA", "MPS", "XPU", "META", "LAZY", "HPU")
+
+
+def device_class_suffixes(device: str | None) -> tuple[str, ...]:
+    """The suffixes a class instantiated for the out-of-tree backend ``device`` carries: ``PRIVATEUSE1``
+    (``PrivateUse1TestBase.device_type`` as it starts) or the backend's own name upper-cased (``SNPU``:
+    ``PrivateUse1TestBase.setUpClass`` renames the base's device_type, and instantiating a test that takes a device
+    runs it, so a file's later classes are ``TestBarSNPU`` beside its first ``TestFooPRIVATEUSE1``)."""
+    own = device.upper() if device and device.lower() not in ("cpu", "privateuse1") else None
+    return ("PRIVATEUSE1", own) if own and own not in IN_TREE_DEVICE_CLASS_SUFFIXES else ("PRIVATEUSE1",)
+
+
+def generic_class(cls: str, device: str | None) -> str | None:
+    """The generic class a device-instantiated class came from (``TestFooPRIVATEUSE1``, ``TestFooSNPU``,
+    ``TestFooCUDA`` -> ``TestFoo``), None where ``cls`` carries no device class suffix."""
+    for suffix in (*device_class_suffixes(device), *IN_TREE_DEVICE_CLASS_SUFFIXES):
+        if cls.endswith(suffix) and len(cls) > len(suffix):
+            return cls[: -len(suffix)]
+    return None
+
+
+def device_class_names(cls: str, device: str | None) -> list[str]:
+    """``cls`` first, then the other names the same class takes when instantiated for ``device`` (the collected
+    ``TestFooSNPU`` is ``TestFooPRIVATEUSE1`` in a process that instantiated it first, and the other way round)."""
+    base = generic_class(cls, device)
+    if base is None or not cls.endswith(device_class_suffixes(device)):
+        return [cls]
+    return [cls, *(base + s for s in device_class_suffixes(device) if base + s != cls)]
+
 
 class InventoryTest(BaseModel):
     """One test as pytest names it, with what classification needs to know about it."""

@@ -125,14 +125,17 @@ def _no_fallback() -> Iterator[None]:
 
 @contextlib.contextmanager
 def sweeping() -> Iterator[None]:
-    """What every op_db sweep runs under: snpu installed, no CPU fallback, upstream warnings muted.
+    """What every op_db sweep runs under: snpu installed, no CPU fallback, upstream warnings muted, and upstream's
+    running-test lookup without its stack walk (``runners.testfn``: ``op.sample_inputs`` and ``@ops`` tests ask
+    it; :func:`samples_for` itself does not).
 
     Without the fallback a missing kernel is the op's outcome, never a silent CPU run.
     """
     from runners.snpu import install
+    from runners.testfn import fast_test_fn_lookup
 
     install()
-    with _no_fallback(), warnings.catch_warnings():
+    with _no_fallback(), fast_test_fn_lookup(), warnings.catch_warnings():
         # upstream samples trigger deprecation and user warnings by design: not ours to show
         warnings.simplefilter("ignore")
         yield

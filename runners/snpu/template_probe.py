@@ -9,9 +9,10 @@ the first few samples (``SAMPLE_LIMIT``) of one entry (``op_db`` or ``python_ref
 inventory needs and plans from the answers (``selector.rules.TemplateProbe``).
 
 Run in a child process (a probe may crash or hang): ``python -m runners.snpu.template_probe IN OUT``
-with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets one JSON line
-``{"key": "family|op|dtype", "answer": null | "error"}`` per probe as it ends, so a child stopped early (the
-plan's probe budget, a crash) leaves the answers it finished.
+with IN a JSON list of ``[family, op, dtype]`` (dtype may be null: float32 is used); OUT gets a JSON line
+``{"start": "family|op|dtype"}`` as each probe starts and ``{"key": "family|op|dtype", "answer": null | "error"}``
+as it ends, so a child stopped early (the plan's probe budget, a crash) leaves the answers it finished, and a
+child that died names the probe it died on.
 """
 
 from __future__ import annotations
@@ -437,47 +438,6 @@ def _alarm(signum: int, frame: Any) -> None:
     raise _Timeout(f"the probe ran longer than {PROBE_SECONDS} s")
 
 
-def _test_fn_from_frames() -> Callable[..., Any] | None:
-    """``torch.testing._internal.common_utils.extract_test_fn`` without ``inspect.stack()``: the same walk over the
-    caller's frames for a ``unittest.TestCase`` ``self`` whose id names a test method of its class, and that
-    method's function (None when there is none, as in a probe child). ``inspect.stack()`` reads every frame's
-    source and scans ``sys.modules`` for each frame's module; every ``sample_inputs`` call asks twice (its
-    ``TrackedInputIter`` seeds the samples by the test's name), which made ~85% of a probe's time (cProfile of
-    455 fixture-tree probes: 336 of 386 s)."""
-    import unittest
-
-    try:
-        frame = sys._getframe(1)
-        while frame is not None:
-            self_val = frame.f_locals.get("self")
-            if isinstance(self_val, unittest.TestCase):
-                *_, cls_name, test_name = self_val.id().rsplit(".", 2)
-                if cls_name == type(self_val).__name__ and test_name.startswith("test"):
-                    return getattr(self_val, test_name).__func__  # type: ignore[no-any-return]
-            frame = frame.f_back  # type: ignore[assignment]
-    except Exception:  # as upstream's: a frame that cannot be read means no test function  # noqa: S110
-        pass
-    return None
-
-
-@contextlib.contextmanager
-def _fast_test_fn_lookup() -> Iterator[None]:
-    """Upstream's sample iterators find the running test through :func:`_test_fn_from_frames` meanwhile (OpInfo's
-    ``opinfo.core`` imported the function by name: both names are replaced)."""
-    from torch.testing._internal import common_utils
-    from torch.testing._internal.opinfo import core
-
-    modules = [m for m in (common_utils, core) if hasattr(m, "extract_test_fn")]
-    old = [m.extract_test_fn for m in modules]
-    for m in modules:
-        m.extract_test_fn = _test_fn_from_frames
-    try:
-        yield
-    finally:
-        for m, fn in zip(modules, old, strict=True):
-            m.extract_test_fn = fn
-
-
 def device_key() -> str:
     """torch's version and every snpu source file but this one (whose families have their own digests) and
     the testing hook (how upstream test classes find the device, not what the device does)."""
@@ -511,13 +471,15 @@ def run_probes(
     device: str = "snpu",
     progress: Callable[[int], None] | None = None,
     answered: Callable[[str, str | None], None] | None = None,
+    started: Callable[[str], None] | None = None,
 ) -> dict[str, str | None]:
-    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed. ``answered`` is called
-    with each answer as soon as it is known."""
+    """Run each ``(family, op, dtype)`` probe on ``device``; ``None`` means it passed. ``started`` is called with
+    each probe's key as it starts, ``answered`` with each answer as soon as it is known."""
     import torch
 
     from runners.snpu import install
     from runners.snpu.opinfo_sweep import _no_fallback
+    from runners.testfn import fast_test_fn_lookup
 
     if device != "cpu":
         install()
@@ -526,7 +488,7 @@ def run_probes(
     use_alarm = hasattr(signal, "SIGALRM")
     if use_alarm:
         signal.signal(signal.SIGALRM, _alarm)
-    with _no_fallback(), _fast_test_fn_lookup(), warnings.catch_warnings():
+    with _no_fallback(), fast_test_fn_lookup(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for family, name, dname in requests:
             k = key(family, name, dname)
@@ -539,6 +501,8 @@ def run_probes(
                     answered(k, results[k])
                 continue
             dtype = getattr(torch, dname or "float32", None)
+            if started:
+                started(k)
             if use_alarm:
                 signal.alarm(PROBE_SECONDS)
             try:
@@ -569,11 +533,16 @@ def main(argv: list[str]) -> int:
         requests = [tuple(r) for r in json.load(f)]
     with open(dst, "w", encoding="utf-8") as f:
 
-        def write(k: str, answer: str | None) -> None:
-            f.write(json.dumps({"key": k, "answer": answer}) + "\n")
+        def write(line: dict[str, Any]) -> None:
+            f.write(json.dumps(line) + "\n")
             f.flush()
 
-        run_probes(requests, device, answered=write)  # type: ignore[arg-type]
+        run_probes(
+            requests,  # type: ignore[arg-type]
+            device,
+            answered=lambda k, answer: write({"key": k, "answer": answer}),
+            started=lambda k: write({"start": k}),
+        )
     return 0
 
 

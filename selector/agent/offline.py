@@ -306,8 +306,52 @@ def _helper_dtypes(node: ast.AST) -> list[str] | None:
 
 
 def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
-    """Operator names a test's body calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``."""
+    """Operator names a test's body calls: ``torch.softmax(...)``, ``F.relu(...)``, ``x.addmm(...)``; not the
+    Python-level torch functions it calls (:func:`python_level_calls`)."""
+    return _torch_calls(fn, dtype, device)[0]
+
+
+def python_level_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | None = None) -> list[str]:
+    """The torch functions a test's body calls that are Python composed of other ops, with no aten op of their
+    name (``torch.nn.init.kaiming_uniform_``, ``torch.autograd.gradcheck``): none needs a kernel of its own."""
+    return _torch_calls(fn, dtype, device)[1]
+
+
+_ROOT_MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional"}
+
+
+@functools.cache
+def python_level(dotted: str) -> bool:
+    """Whether ``dotted`` (``torch.nn.init.trunc_normal_``, ``nn.init.xavier_uniform_``) names, in the installed
+    torch, a function defined in Python (not a builtin bound to an op) with no aten op of its name: it computes
+    through the ops it calls, each dispatched on its own, and no kernel is named after it. False where torch does
+    not import or the name does not resolve."""
+    import importlib
+    import inspect
+
+    root, _, rest = dotted.partition(".")
+    if root not in _ROOT_MODULES or not rest:
+        return False
+    try:
+        import torch
+
+        obj: object = importlib.import_module(_ROOT_MODULES[root])
+        for part in rest.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # not this torch's, or torch does not import: read as before
+        return False
+    if not inspect.isfunction(obj):
+        return False
+    name = aten_name(dotted.rsplit(".", 1)[-1])
+    try:
+        return not isinstance(getattr(torch.ops.aten, name), torch._ops.OpOverloadPacket)
+    except (AttributeError, RuntimeError):
+        return True
+
+
+def _torch_calls(fn: ast.FunctionDef, dtype: str | None, device: str | None) -> tuple[list[str], list[str]]:
     found: list[str] = []
+    python: list[str] = []
     for node in _body_nodes(fn, dtype, device):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
             continue
@@ -337,6 +381,9 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
                 # torch.linalg.inv is OpInfo's linalg.inv and aten's linalg_inv, not an op named inv
                 found.append(f"{_NAMESPACES[space.group(1)]}.{attr}")
                 continue
+            if python_level(dotted):
+                python.append(dotted)  # Python over other ops (torch.nn.init.*_): no kernel of its own
+                continue
         if (
             attr.startswith("_")
             or attr in NEUTRAL
@@ -346,7 +393,7 @@ def torch_calls(fn: ast.FunctionDef, dtype: str | None = None, device: str | Non
         ):
             continue
         found.append(attr)
-    return sorted(set(found))
+    return sorted(set(found)), sorted(set(python))
 
 
 _NN_MODULE = re.compile(r"^(torch\.)?nn\.[A-Z]\w*$")
@@ -962,6 +1009,13 @@ class OfflineAgent:
             if test.op:
                 tools.read_opinfo(test.op)
             calls = sorted(set(torch_calls(fn, test.dtype, test.device)) | set(indirect_calls(fn, test)))
+            python = python_level_calls(fn, test.dtype, test.device)
+            py_note = (
+                f"; {', '.join(python[:3])}{' ...' if len(python) > 3 else ''} "
+                f"{'is' if len(python) == 1 else 'are'} Python over other ops, no kernel of {'its' if len(python) == 1 else 'their'} own"
+                if python
+                else ""
+            )
             # a plain TestCase's test (not instantiated per device type) or a device argument that reaches nothing
             host_test = not test.per_device and not names_the_device(fn, tools.caps.device)
             on_host = host_test or device_reaches(fn, test.dtype, test.device) is False
@@ -1049,7 +1103,7 @@ class OfflineAgent:
                     mode="run",
                     confidence="medium",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: every op it calls ({shown}) has a "
-                    f"{tools.caps.device} kernel{via}",
+                    f"{tools.caps.device} kernel{via}{py_note}",
                 )
             else:
                 answers[test.id] = AgentAnswer(
@@ -1057,7 +1111,7 @@ class OfflineAgent:
                     mode="run",
                     confidence="low",
                     reason=f"[agent:offline] read {src_ref} and {cap_ref}: it calls no operator beyond tensor "
-                    "creation and checks",
+                    f"creation and checks{py_note}",
                 )
         for tid, why in no_trace.items():
             a = answers.get(tid)

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from crcr.contracts.cputrace import CpuTrace
-from crcr.contracts.inventory import InventoryTest
+from crcr.contracts.inventory import InventoryTest, generic_class
 from selector.capabilities import Capabilities
 from selector.inventory.opinfo import OpInfoEntry, scan
 from selector.inventory.sources import TorchSources
 
 MAX_TOOL_CHARS = 12_000
-_CLASS_SUFFIXES = ("PRIVATEUSE1", "CPU", "CUDA")
 
 TOOL_SPECS: list[dict[str, Any]] = [
     {
@@ -227,17 +226,13 @@ class Tools:
         if parsed is None:
             return None
         tree, text = parsed
-        cls = test.cls
-        for suffix in _CLASS_SUFFIXES:
-            if cls.endswith(suffix) and len(cls) > len(suffix):
-                cls = cls[: -len(suffix)]
-                break
+        cls = generic_class(test.cls, test.device) or test.cls  # TestFooPRIVATEUSE1 / TestFooSNPU -> TestFoo
         # a collected test named as its method (a plain TestCase's: no template) is found by that name; only an
         # entry without a template whose name is not a method falls back to its name less a device/dtype suffix
         methods = [test.template] if test.template else [test.method, re.sub(r"_\w+$", "", test.method)]
         classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
         for method in methods:
-            todo = [cls]
+            todo = list(dict.fromkeys([cls, test.cls]))  # a plain class whose name ends like a device's: as it is
             seen: set[str] = set()
             while todo:
                 name = todo.pop(0)

@@ -6,17 +6,11 @@ with both kinds.)"""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from selector.agent.offline import OfflineAgent
-from selector.agent.tools import Tools
-from selector.capabilities import load_capabilities
-from selector.plan import classify_tests
-from selector.rules import RuleContext
-from tests.selector.reading_fixtures import device_test
+from tests.selector.reading_fixtures import device_test, traced_plan, write_checkout
 
 ROOT = Path(__file__).resolve().parents[2]
 FILE = "test/test_shadowed.py"
@@ -119,24 +113,16 @@ def _plain_test(method: str):
 
 
 def _plan(root: Path, kind: str) -> dict[str, tuple[str, str]]:
-    from crcr.cli.select import _attach_cpu_traces
-
     made = [device_test(FILE, CLS, m, None) for m in DEVICE_TESTS] + [_plain_test(m) for m in PLAIN_TESTS]
     made.append(device_test(NOARG_FILE, "TestNoArgPRIVATEUSE1", "test_device_type_without_device_argument", None))
-    caps = load_capabilities(ROOT / "configs" / "backends" / "snpu.yaml")
-    tools = Tools(caps, {t.id: t for t in made}, root)
-    _attach_cpu_traces(SimpleNamespace(tests=made), caps, None, tools, root / f"data-{kind}", root, kind=kind)
-    decided = classify_tests(made, RuleContext(caps, dtype_reaches=tools.dtype_reaches), OfflineAgent(), tools)
+    decided = traced_plan(root, made, kind)
     return {t.template: (decided[t.id].mode, decided[t.id].reason) for t in made}
 
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """(mode, reason) per test method planned with each trace kind, and the checkout (``root``) they ran in."""
-    root = tmp_path_factory.mktemp("checkout")
-    (root / "test").mkdir()
-    (root / FILE).write_text(SRC, encoding="utf-8")
-    (root / NOARG_FILE).write_text(NOARG_SRC, encoding="utf-8")
+    root = write_checkout(tmp_path_factory.mktemp("checkout"), {FILE: SRC, NOARG_FILE: NOARG_SRC})
     return {"root": root, **{kind: _plan(root, kind) for kind in ("cpu", "shadow")}}
 
 

@@ -19,6 +19,7 @@ import yaml
 import runners.snpu
 from runners.snpu.opinfo_sweep import opinfo_name, run_sample, samples_for
 from runners.snpu.testing_hook import register_test_base
+from runners.testfn import fast_test_fn_lookup
 
 runners.snpu.install()
 register_test_base()
@@ -45,6 +46,12 @@ SAMPLES_PER_TEST = 3  # the full sweep is `crcr snpu capabilities` and the cover
 
 
 class TestSnpuOpInfo(TestCase):
+    def run(self, result=None):
+        # as the sweep runs: upstream's @ops wrapper looks up the running test once per test (clear_tracked_input),
+        # through inspect.stack() unless runners.testfn's walk stands in
+        with fast_test_fn_lookup():
+            return super().run(result)
+
     @ops(OPS, allowed_dtypes=(torch.float32, torch.float16, torch.bfloat16))
     def test_matches_cpu(self, device, dtype, op) -> None:
         name = opinfo_name(op)

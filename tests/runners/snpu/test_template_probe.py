@@ -69,30 +69,9 @@ def test_a_probe_child_that_dies_mid_chunk_leaves_the_answers_it_finished(tmp_pa
     done = subprocess.run([sys.executable, "-c", child, str(src), str(dst)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root)}, check=False)
     assert done.returncode == 3, done.stderr
-    lines = [json.loads(line) for line in dst.read_text().splitlines()]
+    records = [json.loads(line) for line in dst.read_text().splitlines()]
+    lines = [r for r in records if "key" in r]
     assert [r["key"] for r in lines] == [key("attrs", "sin", "domain"), key("samples", "no_such_op", None)]
     assert lines[0]["answer"] is None and lines[1]["answer"].startswith("Unknown")
-
-
-def test_the_probes_find_the_running_test_as_upstream_does_without_its_stack_walk():
-    """Upstream's sample iterators look up the running test (``extract_test_fn``, through ``inspect.stack()``, most
-    of a probe's time); the probes' replacement gives the same answer inside a TestCase's test and outside one."""
-    import unittest
-
-    from torch.testing._internal import common_utils
-    from torch.testing._internal.opinfo import core
-
-    from runners.snpu.template_probe import _fast_test_fn_lookup, _test_fn_from_frames
-
-    class TestLookup(unittest.TestCase):
-        def test_inside(self):
-            self.found = (_test_fn_from_frames(), common_utils.extract_test_fn())
-
-    case = TestLookup("test_inside")
-    assert case.run().wasSuccessful()
-    assert case.found[0] is case.found[1] is TestLookup.test_inside
-    assert _test_fn_from_frames() is None and common_utils.extract_test_fn() is None
-    upstream = common_utils.extract_test_fn
-    with _fast_test_fn_lookup():  # both names upstream calls it by, for the probes' duration
-        assert common_utils.extract_test_fn is _test_fn_from_frames and core.extract_test_fn is _test_fn_from_frames
-    assert common_utils.extract_test_fn is upstream and core.extract_test_fn is upstream
+    # each probe that ran said so as it started: the last start without an answer is the probe the child died on
+    assert [r["start"] for r in records if "start" in r] == [key("attrs", "sin", "domain"), key("grad", "add", None)]
