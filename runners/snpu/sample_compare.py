@@ -125,7 +125,8 @@ def compare_with_reference(actual: Any, expected: Any, reference: Any, dtype: to
     Per floating output: snpu's worst error from the reference (in tolerance units) must not
     exceed ``max(1, the CPU's worst error)``. Everything else is compared with the CPU's
     result as before: the number of outputs, shapes and dtypes, integer and bool values
-    (exactly), Python numbers (at the usual tolerance) and the non-finite values (exactly).
+    (exactly), Python numbers (at the usual tolerance) and the values whose exact result is not finite or
+    overflows the dtype (exactly).
     """
     got, want, ref = _leaves(actual), _leaves(expected), _leaves(reference)
     if not len(got) == len(want) == len(ref):
@@ -141,8 +142,10 @@ def compare_with_reference(actual: Any, expected: Any, reference: Any, dtype: to
             )
         if not (isinstance(r, torch.Tensor) and r.dtype == REFERENCE_DTYPE and r.shape == e.shape):
             raise AssertionError(f"output {i}: no float64 reference to judge by")
-        # where the CPU or the reference is not finite, snpu must give the CPU's value
-        odd = ~torch.isfinite(e) | ~torch.isfinite(r)
+        # where the exact result is not finite or does not fit the dtype, snpu must give the CPU's value; where it
+        # fits and only the CPU's is not finite (float16 conv2d's CPU kernel gave inf for -22.55 in a sweep sample),
+        # the CPU is wrong there and snpu is judged by the reference as elsewhere (an inf of snpu's is let pass)
+        odd = ~torch.isfinite(r) | (r.abs() > torch.finfo(e.dtype).max)
         if bool(odd.any()):
             torch.testing.assert_close(a[odd], e[odd], equal_nan=True, check_device=False, rtol=0.0, atol=0.0)
         snpu_err = worst_error(a[~odd], r[~odd], dtype)

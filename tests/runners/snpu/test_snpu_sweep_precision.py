@@ -132,6 +132,21 @@ def test_integer_outputs_and_non_finite_values_must_match_the_cpu():
         compare_with_reference(actual[:1], expected, exact, torch.float32)
 
 
+def test_a_non_finite_cpu_value_where_the_exact_result_fits_the_dtype_does_not_bind_snpu():
+    """A full-suite run caught the CPU's float16 conv2d giving -inf where the float64 result is -22.55 (4 of 8
+    elements non-finite or far off) while snpu was right: snpu is judged by the reference there, not made to
+    repeat the CPU's inf; where the exact result overflows float16, snpu must still give the CPU's inf."""
+    exact = torch.tensor([45.4675, -22.5503, 1.0e6], dtype=torch.float64)
+    cpu = torch.tensor([45.47, float("-inf"), float("inf")], dtype=torch.float16)
+    compare_with_reference(torch.tensor([45.47, -22.55, float("inf")], dtype=torch.float16), cpu, exact, torch.float16)
+    with pytest.raises(AssertionError, match="tolerances from the float64 result"):  # wrong where the CPU was not
+        compare_with_reference(torch.tensor([45.47, -30.0, float("inf")], dtype=torch.float16), cpu, exact,
+                               torch.float16)
+    with pytest.raises(AssertionError):  # the overflow is the dtype's: snpu gives the CPU's inf
+        compare_with_reference(torch.tensor([45.47, -22.55, 65504.0], dtype=torch.float16), cpu, exact,
+                               torch.float16)
+
+
 def test_the_sweep_sees_the_attention_kernel():
     """snpu's flash attention is registered on the autograd key, outside dispatch.call: it
     tells the observer itself, so the sweep knows an accumulating kernel ran."""
