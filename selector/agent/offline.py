@@ -318,6 +318,9 @@ def python_level_calls(fn: ast.FunctionDef, dtype: str | None = None, device: st
 
 
 _ROOT_MODULES = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional"}
+# Python functions that make tensors of another layout (``torch.nested.nested_tensor`` calls
+# ``_nested_tensor_from_tensor_list``): the device needs that layout's kernels, so they stay read as ops
+_OTHER_LAYOUTS = ("torch.nested", "torch.sparse", "torch.masked")
 
 
 @functools.cache
@@ -340,7 +343,7 @@ def python_level(dotted: str) -> bool:
             obj = getattr(obj, part)
     except Exception:  # not this torch's, or torch does not import: read as before
         return False
-    if not inspect.isfunction(obj):
+    if not inspect.isfunction(obj) or str(getattr(obj, "__module__", "")).startswith(_OTHER_LAYOUTS):
         return False
     name = aten_name(dotted.rsplit(".", 1)[-1])
     try:

@@ -46,6 +46,29 @@ def test_refused_dtypes_are_recorded_not_raised():
     assert "float64" in ops["aten::_to_copy"]["dtypes"]  # the result made on the device in a refused dtype
 
 
+def test_a_call_the_cpu_refuses_too_raises_snpus_dtype_error_and_records_no_refused_dtype():
+    """Held back round 13: upstream's test_index_fill checks that ``index_fill_`` of a complex scalar into a real
+    tensor raises RuntimeError ("Scalar"). The device raises its dtype error at that call, which the test catches,
+    and the test passes on snpu; the shadow run recorded complex64 there and the test was planned skip."""
+    rec = ShadowRecorder(row_length)
+    with shadow(rec):
+        x = torch.tensor([[1.0, 2.0], [4.0, 5.0]], device="snpu")
+        index = torch.tensor([0], device="snpu")
+        with pytest.raises(SnpuDtypeError, match="complex64"):  # as on the device, not the CPU's own message
+            x.index_fill_(1, index, 1 + 1j)
+        doubled = torch.ones(2, device="snpu") * (1 + 0j)  # allowed on the CPU: recorded, not raised
+        torch.manual_seed(0)
+        drawn = torch.zeros(2, device="snpu", dtype=torch.float64).uniform_().cpu()  # refused, checked on the host
+        after = torch.rand(2, device="snpu").cpu()
+    torch.manual_seed(0)
+    want = torch.zeros(2, dtype=torch.float64).uniform_()
+    assert torch.equal(drawn, want) and torch.equal(after, torch.rand(2)), \
+        "checking a refused random call on the host shifts no later draw"
+    ops = _ops(rec)
+    assert ops["aten::index_fill_.int_Scalar"]["dtypes"] == ["float32", "int64"]
+    assert "complex64" in ops["aten::mul.Tensor"]["dtypes"] and doubled.device.type == "snpu"
+
+
 def test_device_semantics_stay_snpus():
     """Mixed-device arguments still raise; a copy to the host is a plain tensor and records no device dtype."""
     rec = ShadowRecorder(row_length)
