@@ -74,8 +74,8 @@ def registered_ops() -> dict[str, list[str]]:
 
 
 def routed_out_overloads() -> dict[str, str]:
-    """``out=`` overloads snpu runs through the kernel of their functional overload (``aten::pow.Scalar_out`` ->
-    ``aten::pow.Scalar``); any other ``out=`` overload is refused, even where the op has a kernel."""
+    """Every ``out=`` overload snpu runs, with the kernel that computes it (:func:`runners.snpu.dispatch.out_routes`);
+    any other ``out=`` overload is refused, even where the op has a kernel."""
     from runners.snpu import install
     from runners.snpu.dispatch import KERNELS, out_routes
 

@@ -172,8 +172,10 @@ def functional_overload(func: torch._ops.OpOverload) -> torch._ops.OpOverload | 
 
 
 def out_routes(kernel_names: set[str]) -> dict[str, str]:
-    """Every ``out=`` overload of an op with a kernel that snpu runs through its functional overload's kernel
-    (``aten::pow.Scalar_out`` -> ``aten::pow.Scalar``); an ``out=`` overload missing here is refused."""
+    """Every ``out=`` overload (its schema writes into an argument) of an op with a kernel that snpu runs, with the
+    kernel that computes it: its own, or its packet's where the overload's name does not say ``out``
+    (``aten::kthvalue.values`` -> ``aten::kthvalue``), else its functional overload's (``aten::pow.Scalar_out`` ->
+    ``aten::pow.Scalar``). An ``out=`` overload missing here is refused."""
     routes: dict[str, str] = {}
     for bare in sorted({n.split(".", 1)[0] for n in kernel_names if n.startswith("aten::")}):
         packet = getattr(torch.ops.aten, bare.split("::", 1)[1], None)
@@ -181,8 +183,11 @@ def out_routes(kernel_names: set[str]) -> dict[str, str]:
             continue
         for name in packet.overloads():
             func = getattr(packet, name)
-            if lookup(func) is None and (functional := functional_overload(func)) is not None \
-                    and lookup(functional) is not None:
+            if not any(a.is_out for a in func._schema.arguments):
+                continue
+            if (kernel := lookup(func)) is not None:
+                routes[f"{bare}.{name}"] = kernel.name
+            elif (functional := functional_overload(func)) is not None and lookup(functional) is not None:
                 routes[f"{bare}.{name}"] = f"{bare}.{functional._overloadname}"
     return routes
 

@@ -52,6 +52,20 @@ def test_an_out_overload_runs_through_the_functional_overload_of_its_argument_ty
     torch.testing.assert_close(out.cpu(), want)
 
 
+def test_an_out_overload_named_for_its_outputs_runs_on_its_ops_kernel() -> None:
+    """``kthvalue.values`` writes ``values`` and ``indices``: snpu runs it with the kthvalue kernel, and the
+    capability file's ``out_routes`` says so (held back round 14 planned it as a missing kernel)."""
+    from runners.snpu.capabilities import routed_out_overloads
+
+    a = torch.tensor([3.0, 1.0, 2.0, 5.0])
+    values, indices = torch.empty(()), torch.empty((), dtype=torch.long)
+    torch.kthvalue(a, 2, out=(values, indices))
+    dev_values, dev_indices = torch.empty((), device="snpu"), torch.empty((), dtype=torch.long, device="snpu")
+    torch.kthvalue(a.to("snpu"), 2, out=(dev_values, dev_indices))
+    assert (dev_values.cpu().item(), dev_indices.cpu().item()) == (values.item(), indices.item()) == (2.0, 2)
+    assert routed_out_overloads()["aten::kthvalue.values"] == "aten::kthvalue"
+
+
 def test_an_out_overload_without_a_functional_kernel_is_refused_as_unsupported() -> None:
     """``full.out`` has no functional overload of its arguments (``full`` takes dtype and device), and
     ``bitwise_and.Scalar_out``'s (``bitwise_and.Scalar``) has no kernel: both are refused with snpu's
