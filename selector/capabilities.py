@@ -58,9 +58,9 @@ class Capabilities:
     # CPU traces of the plain device tests the agent decides (test id -> what its CPU twin did); None when no
     # trace was asked for (``--no-trace``, or a device that does not run here)
     cpu_traces: dict[str, CpuTrace] | None = None
-    # ``out=`` overloads the backend runs through its functional overload's kernel (``aten::pow.Scalar_out`` ->
-    # ``aten::pow.Scalar``); any other ``out=`` overload is refused. None: the file does not say (older files), and
-    # an ``out=`` overload counts as supported where its op is listed
+    # every ``out=`` overload the backend runs, with the kernel that computes it (its own, or its functional
+    # overload's: ``aten::pow.Scalar_out`` -> ``aten::pow.Scalar``); any other ``out=`` overload is refused. None:
+    # the file does not say (older files), and an ``out=`` overload counts as supported where its op is listed
     out_routes: dict[str, str] | None = None
     # tests whose trace was wanted but not run (test id -> why, e.g. the trace budget was spent): their plan
     # reason says so, so a reviewer can tell a budget's gap from a test the trace could not decide
@@ -214,7 +214,7 @@ def parse_capabilities(text: str, where: str) -> Capabilities:
     routes_raw = pick("out_routes")
     if routes_raw is not None and not (isinstance(routes_raw, dict)
                                        and all(isinstance(k, str) and isinstance(v, str) for k, v in routes_raw.items())):
-        raise ConfigError(f"{where}: out_routes must map each routed out= overload to its functional overload",
+        raise ConfigError(f"{where}: out_routes must map each routed out= overload to the kernel that computes it",
                           hint="e.g. out_routes: {aten::pow.Scalar_out: aten::pow.Scalar}; regenerate the file with "
                                "crcr snpu capabilities")
     limits = pick("limits") or {}

@@ -588,9 +588,9 @@ def _attach_cpu_traces(inv: Any, caps: Any, dis: Any, tools: Any, data_dir: Path
                + "; outcomes " + (", ".join(f"{k} {v}" for k, v in sorted(outcomes.items())) or "none"), err=True)
     for file, error in sorted(lost_files.items()):
         typer.echo(f"warning: cpu trace: {file} did not load in the trace child ({plain(error)}); its tests are "
-                   "planned from the static reading. The inventory collected it with pytest, so compare that "
-                   "environment with the trace's (PYTHONPATH, the checkout's conftest.py files, installed packages)",
-                   err=True)
+                   "planned from the static reading. The child loads it as crcr run does (pytest, the checkout's "
+                   f"conftest.py files): check that `crcr select inventory --pytorch-src {root} --file {file} --out "
+                   "inv.json` collects it here; the next plan tries again", err=True)
     if untraced and not traces:
         typer.echo(f"warning: cpu trace: the budget of {budget_s:g} s was spent before any test was traced: all "
                    f"{len(wanted)} are planned from the static reading (raise --trace-budget, 0 for none, or plan "

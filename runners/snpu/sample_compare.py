@@ -9,7 +9,9 @@ SIMD path decides in the last bits. The sample then runs once more on the CPU in
 and snpu's result is accepted when, for every floating output, its worst error from that
 float64 result (in units of the usual tolerance) is no larger than the CPU's own float32
 result's worst error, or than the tolerance itself. Integer and bool outputs, shapes,
-dtypes and non-finite values still have to match the CPU's exactly, and elementwise,
+dtypes and the values whose float64 result is not finite or overflows the dtype still have
+to match the CPU's exactly (a non-finite CPU value where the float64 result fits is the
+CPU's error, judged like any other), and elementwise,
 data movement and view kernels keep the plain comparison: a different order of
 summation is no excuse for them.
 

@@ -868,8 +868,8 @@ def out_overload(op: str) -> bool:
 
 def trace_kernel(op: str, caps: Capabilities) -> bool:
     """Whether an aten overload a CPU trace recorded (``aten::add.Tensor``) runs on the backend: the capability
-    file lists the overload; for an ``out=`` overload, its ``out_routes`` names it (the device runs it through the
-    functional overload's kernel; ``aten::full.out`` is refused although ``full`` has a kernel); else the file lists
+    file lists the overload; for an ``out=`` overload, its ``out_routes`` names it (the device runs it on its own
+    kernel or its functional overload's; ``aten::full.out`` is refused although ``full`` has a kernel); else the file lists
     the op by its bare name (as :meth:`Capabilities.aten_names` reads it) or torch runs it as a composite of other
     ops on every backend."""
     if op in caps.aten_ops:
@@ -1029,8 +1029,8 @@ class OfflineAgent:
             src_ref = f"test source {digest(ast.dump(fn))[:8]}"
             if test.op:
                 tools.read_opinfo(test.op)
-            calls = sorted(set(torch_calls(fn, test.dtype, test.device)) | set(indirect_calls(fn, test)))
-            python = python_level_calls(fn, test.dtype, test.device)
+            ops, python = _torch_calls(fn, test.dtype, test.device)  # one walk for both lists
+            calls = sorted(set(ops) | set(indirect_calls(fn, test)))
             py_note = (
                 f"; {', '.join(python[:3])}{' ...' if len(python) > 3 else ''} "
                 f"{'is' if len(python) == 1 else 'are'} Python over other ops, no kernel of {'its' if len(python) == 1 else 'their'} own"
