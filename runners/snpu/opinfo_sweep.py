@@ -69,12 +69,21 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -
     """
     from runners.snpu import dispatch
 
-    reference = None
+    reference = cpu_one_thread = None
     if device != "cpu" and dtype.is_floating_point and REFERENCE_DTYPE in op.supported_dtypes("cpu"):
-        precise = in_float64(sample)
+        precise = in_float64(sample)  # both copies taken before the sample first runs (an op may write its input)
+        again = sample.transform(lambda t: t.clone() if isinstance(t, torch.Tensor) else t)
 
         def reference() -> Any:
             return op(precise.input, *precise.args, **precise.kwargs)
+
+        def cpu_one_thread() -> Any:
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+            try:
+                return op(again.input, *again.args, **again.kwargs)
+            finally:
+                torch.set_num_threads(threads)
 
     expected = op(sample.input, *sample.args, **sample.kwargs)
     # a copy either way: ``.to("snpu")`` copies, so the CPU baseline clones
@@ -96,7 +105,7 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, device: str = "snpu") -
         actual = op(dev.input, *dev.args, **dev.kwargs)
     finally:
         dispatch.observer = outer
-    judge(actual, expected, dtype, kernels, reference)
+    judge(actual, expected, dtype, kernels, reference, cpu_one_thread)
 
 
 def samples_for(op: Any, dtype: torch.dtype, limit: int | None) -> Iterator[Any]:

@@ -180,11 +180,17 @@ def judge(
     dtype: torch.dtype,
     kernels: Iterable[Any],
     reference: Callable[[], Any] | None,
+    cpu_one_thread: Callable[[], Any] | None = None,
 ) -> None:
     """Raise AssertionError unless ``actual`` (snpu) is right next to ``expected`` (the CPU).
 
     ``kernels`` are the snpu kernels that ran for the sample (``dispatch.Kernel``);
     ``reference`` computes the float64 result on the CPU (None where the op has no float64).
+    ``cpu_one_thread`` computes the CPU's result once more on one thread, as snpu runs its
+    kernels: where the sum is ill-conditioned in the dtype, the CPU's own answer depends on how
+    its threads split it (a float16 conv2d sample gave 39.25, inf or 40.5 where the float64
+    result is -22.55), and snpu is accepted when no farther from the float64 result than the
+    CPU in either.
     """
     try:
         compare(actual, expected, dtype)
@@ -195,4 +201,9 @@ def judge(
             result = reference()
         except Exception:  # no reference to judge by: the plain comparison stands
             raise plain from None
-        compare_with_reference(actual, expected, result, dtype)
+        try:
+            compare_with_reference(actual, expected, result, dtype)
+        except AssertionError:
+            if cpu_one_thread is None:
+                raise
+            compare_with_reference(actual, cpu_one_thread(), result, dtype)
